@@ -1,0 +1,1 @@
+"""memcalc measure: run the same model for real and count its bytes. Imports torch."""

@@ -1,0 +1,97 @@
+"""Optimizer state per parameter, and what the optimizer step allocates.
+
+Sources: torch.optim (Adam/AdamW keep ``exp_avg`` and ``exp_avg_sq``; SGD with momentum keeps
+``momentum_buffer``; a ``step`` scalar tensor per parameter tensor for Adam-type optimizers);
+Shazeer & Stern 2018 (Adafactor: factored second moment, rows + columns per matrix);
+Dettmers et al. 2022 (8-bit Adam: 1 byte per state element plus one fp32 absmax per 2048-element
+block, tensors under 4096 elements kept in 32 bit); Chen et al. 2023 (Lion: one momentum).
+Under a -mixed precision the optimizer also keeps fp32 master weights (Micikevicius et al. 2018),
+counted here with the optimizer states, as DeepSpeed and Megatron do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memcalc.params import ParamCounts
+from memcalc.spec.model import ModelSpec
+from memcalc.spec.training import OptimizerKind, TrainingSetup
+
+_STATES_PER_PARAM = {
+    OptimizerKind.sgd: 0,
+    OptimizerKind.sgd_momentum: 1,
+    OptimizerKind.adam: 2,
+    OptimizerKind.adamw: 2,
+    OptimizerKind.lion: 1,
+}
+_HAS_STEP_TENSOR = {OptimizerKind.adam, OptimizerKind.adamw, OptimizerKind.adamw_8bit}
+BNB_BLOCK = 2048
+BNB_MIN_NUMEL = 4096
+
+
+@dataclass(frozen=True)
+class OptimizerBytes:
+    """Bytes the optimizer holds between steps, and its step temporaries."""
+
+    state_bytes: int
+    """exp_avg / exp_avg_sq / momentum etc."""
+    master_weight_bytes: int
+    """fp32 copy of the weights under a -mixed recipe, else 0."""
+    step_tensor_bytes: int
+    """torch Adam's per-tensor ``step`` scalars (4 bytes each)."""
+    step_temporary_bytes: int
+    """Transient allocations inside ``optimizer.step()``."""
+
+    @property
+    def total_bytes(self) -> int:
+        """Everything the optimizer holds between steps."""
+        return self.state_bytes + self.master_weight_bytes + self.step_tensor_bytes
+
+
+def optimizer_bytes(spec: ModelSpec, setup: TrainingSetup, counts: ParamCounts) -> OptimizerBytes:
+    """State, master weights and step temporaries for ``setup.optimizer``.
+
+    Mixed-precision AdamW on GPT-2 small: 12 bytes per parameter (fp32 master + m + v):
+
+    >>> from memcalc.spec.presets import preset
+    >>> from memcalc.params import count_params
+    >>> spec = preset("gpt2"); setup = TrainingSetup(precision="bf16-mixed")
+    >>> ob = optimizer_bytes(spec, setup, count_params(spec))
+    >>> (ob.state_bytes + ob.master_weight_bytes) // count_params(spec).total
+    12
+    """
+    kind = setup.optimizer
+    p = counts.total
+    state_size = setup.optimizer_dtype.itemsize
+    if kind is OptimizerKind.adamw_8bit:
+        # Every tensor is big except norms and biases: approximate "small" as the norms.
+        big = p - counts.norms
+        state = 2 * (big + 4 * -(-big // BNB_BLOCK)) + 2 * 4 * counts.norms
+    elif kind is OptimizerKind.adafactor:
+        state = _adafactor_state_elements(spec) * 4
+    else:
+        state = _STATES_PER_PARAM[kind] * p * state_size
+    master = 4 * p if setup.precision.is_mixed else 0
+    step = 4 * counts.tensors if kind in _HAS_STEP_TENSOR else 0
+    return OptimizerBytes(state, master, step, _step_temporaries(setup, counts))
+
+
+def _adafactor_state_elements(spec: ModelSpec) -> int:
+    """Adafactor keeps, per matrix, a row vector and a column vector; per vector its size."""
+    h, m, v, kv, n = spec.hidden_size, spec.mlp_size, spec.vocab_size, spec.kv_size, spec.num_layers
+    gated = 0 if spec.is_gpt2 else 1
+    per_block = (h + h) + 2 * (h + kv) + (h + h) + (1 + gated) * (h + m) + (m + h)
+    vectors = (2 * n + 1) * (2 * h if spec.is_gpt2 else h)
+    embed = (v + h) + ((spec.max_position_embeddings + h) if spec.is_gpt2 else 0)
+    head = 0 if spec.tied else v + h
+    return n * per_block + vectors + embed + head
+
+
+def _step_temporaries(setup: TrainingSetup, counts: ParamCounts) -> int:
+    """torch ``_multi_tensor_adam(w)`` (foreach) allocates ``exp_avg_sq.sqrt()`` for all
+    parameters at once: one state-sized copy of the whole model; the per-tensor loop allocates
+    it for one tensor at a time (the largest). SGD-type and Lion steps update in place."""
+    if setup.optimizer not in (OptimizerKind.adam, OptimizerKind.adamw):
+        return 0
+    numel = counts.total if setup.optimizer_foreach else counts.largest_tensor
+    return numel * setup.optimizer_dtype.itemsize

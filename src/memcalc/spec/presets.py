@@ -1,0 +1,65 @@
+"""Built-in model presets, with the sizes of the published checkpoints' config.json files.
+
+Each preset's parameter count is pinned as an exact integer in tests/test_params.py and checked
+against the Hugging Face implementation built on the meta device.
+"""
+
+from __future__ import annotations
+
+from memcalc.errors import one_of
+from memcalc.spec.model import ModelSpec
+
+_GPT2_DROPOUT = {"embedding_dropout": 0.1, "attention_dropout": 0.1, "residual_dropout": 0.1}
+
+
+def _gpt2(name: str, hidden: int, layers: int, heads: int) -> ModelSpec:
+    # openai-community/gpt2*: vocab 50257, n_positions 1024, gelu_new, all dropouts 0.1.
+    return ModelSpec(
+        name=name, family="gpt2", vocab_size=50257, hidden_size=hidden, num_layers=layers,
+        num_heads=heads, max_position_embeddings=1024, **_GPT2_DROPOUT,
+    )
+
+
+def _llama(
+    name: str, vocab: int, hidden: int, layers: int, heads: int, kv_heads: int,
+    intermediate: int, *, tied: bool = False, qkv_bias: bool = False,
+    max_positions: int = 4096,
+) -> ModelSpec:
+    return ModelSpec(
+        name=name, family="llama", vocab_size=vocab, hidden_size=hidden, num_layers=layers,
+        num_heads=heads, num_kv_heads=kv_heads, intermediate_size=intermediate,
+        tie_embeddings=tied, qkv_bias=qkv_bias, max_position_embeddings=max_positions,
+    )
+
+
+PRESETS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        _gpt2("gpt2", 768, 12, 12),
+        _gpt2("gpt2-medium", 1024, 24, 16),
+        _gpt2("gpt2-large", 1280, 36, 20),
+        _gpt2("gpt2-xl", 1600, 48, 25),
+        _llama("tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, max_positions=2048),
+        _llama("llama-3.2-1b", 128256, 2048, 16, 32, 8, 8192, tied=True, max_positions=131072),
+        _llama("llama-2-7b", 32000, 4096, 32, 32, 32, 11008),
+        _llama("llama-2-13b", 32000, 5120, 40, 40, 40, 13824),
+        _llama("llama-2-70b", 32000, 8192, 80, 64, 8, 28672),
+        _llama("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, max_positions=8192),
+        _llama("llama-3-70b", 128256, 8192, 80, 64, 8, 28672, max_positions=8192),
+        _llama("mistral-7b", 32000, 4096, 32, 32, 8, 14336, max_positions=32768),
+        _llama("qwen2.5-0.5b", 151936, 896, 24, 14, 2, 4864, tied=True, qkv_bias=True,
+               max_positions=32768),
+        _llama("qwen2.5-7b", 152064, 3584, 28, 28, 4, 18944, qkv_bias=True,
+               max_positions=32768),
+    )
+}
+
+DEFAULT_MODEL = "gpt2"
+
+
+def preset(name: str) -> ModelSpec:
+    """The preset called ``name``; a MemcalcError listing the presets otherwise."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise one_of("--model", name, sorted(PRESETS)) from None

@@ -1,0 +1,164 @@
+"""TrainingSetup: everything about the run that changes memory but is not the model."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class DType(str, Enum):
+    """Storage dtypes, with their size in bytes."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+    int64 = "int64"
+    int8 = "int8"
+    bool = "bool"
+
+    @property
+    def itemsize(self) -> int:
+        return _ITEMSIZE[self]
+
+
+_ITEMSIZE = {
+    DType.fp32: 4, DType.bf16: 2, DType.fp16: 2, DType.fp8: 1,
+    DType.int64: 8, DType.int8: 1, DType.bool: 1,
+}
+
+
+class Precision(str, Enum):
+    """Precision recipe: dtypes of weights, gradients, master weights and activations."""
+
+    fp32 = "fp32"
+    """Everything fp32: 4-byte weights, grads and optimizer states."""
+    bf16 = "bf16"
+    """Pure bf16, as after ``model.to(torch.bfloat16)``: weights, grads, optimizer states bf16."""
+    fp16 = "fp16"
+    """Pure fp16 (as bf16, but fp16). Rarely trains stably; shown for completeness."""
+    bf16_mixed = "bf16-mixed"
+    """bf16 weights and activations, fp32 master weights in the optimizer, grads in
+    ``grad_dtype`` (fp32 by default: Megatron's 2 + 4 + 12 = 18 bytes/param with AdamW)."""
+    fp16_mixed = "fp16-mixed"
+    """As bf16-mixed with fp16 (plus a loss scaler, which holds no per-parameter state)."""
+    fp8_mixed = "fp8-mixed"
+    """bf16-mixed with fp8 (e4m3) copies of the linear inputs saved for backward
+    (Transformer Engine style); weights, grads and master weights as bf16-mixed."""
+
+    @property
+    def weight_dtype(self) -> DType:
+        return DType.fp32 if self is Precision.fp32 else (
+            DType.fp16 if self in (Precision.fp16, Precision.fp16_mixed) else DType.bf16
+        )
+
+    @property
+    def activation_dtype(self) -> DType:
+        return self.weight_dtype
+
+    @property
+    def is_mixed(self) -> bool:
+        """True when the optimizer keeps fp32 master weights beside 16-bit model weights."""
+        return self.value.endswith("-mixed")
+
+
+class OptimizerKind(str, Enum):
+    """Optimizer, by the state it keeps per parameter."""
+
+    sgd = "sgd"
+    """Plain SGD: no state."""
+    sgd_momentum = "sgd-momentum"
+    """SGD with momentum: one buffer per parameter."""
+    adam = "adam"
+    """Adam (Kingma & Ba 2015): exp_avg and exp_avg_sq per parameter."""
+    adamw = "adamw"
+    """AdamW (Loshchilov & Hutter 2019): same state as Adam."""
+    adamw_8bit = "adamw-8bit"
+    """bitsandbytes AdamW8bit (Dettmers et al. 2022): two 1-byte states + fp32 block absmax."""
+    adafactor = "adafactor"
+    """Adafactor (Shazeer & Stern 2018), no first moment: factored row + column second moment."""
+    lion = "lion"
+    """Lion (Chen et al. 2023): one momentum buffer per parameter."""
+
+
+class Attention(str, Enum):
+    """Attention kernel: decides whether the s x s scores are saved for backward."""
+
+    eager = "eager"
+    """matmul + softmax + matmul in Python: saves the s x s probabilities (and dropout mask)."""
+    sdpa = "sdpa"
+    """torch scaled_dot_product_attention (flash / memory-efficient): saves out + logsumexp."""
+    flash = "flash"
+    """flash-attention 2 kernel: saves out + logsumexp (same as sdpa for memory)."""
+
+
+class Loss(str, Enum):
+    """How the LM loss is computed."""
+
+    standard = "standard"
+    """HF: logits upcast to fp32, ``log_softmax`` saves b*s*V fp32."""
+    fused = "fused"
+    """Fused / chunked linear + cross-entropy (e.g. Liger): saves no b*s*V tensor."""
+
+
+class TrainingSetup(BaseModel):
+    """Micro-batch, sequence, precision, optimizer and kernels of one training step.
+
+    >>> TrainingSetup(batch=2, seq=1024).tokens
+    2048
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    batch: int = Field(default=1, gt=0, description="Micro-batch size b (sequences per step).")
+    seq: int = Field(default=1024, gt=0, description="Sequence length s (tokens per sequence).")
+    precision: Precision = Field(default=Precision.bf16_mixed, description="Precision recipe.")
+    grad_dtype: DType | None = Field(
+        default=None,
+        description="Gradient dtype under a -mixed recipe: fp32 (default) or the 16-bit type.",
+    )
+    optimizer: OptimizerKind = Field(default=OptimizerKind.adamw, description="Optimizer.")
+    optimizer_foreach: bool = Field(
+        default=True,
+        description="Multi-tensor optimizer step (CUDA default): temporaries the size of all "
+        "parameters during step().",
+    )
+    attention: Attention = Field(default=Attention.sdpa, description="Attention kernel.")
+    loss: Loss = Field(default=Loss.standard, description="Loss implementation.")
+    dropout: float | None = Field(
+        default=None, ge=0.0, lt=1.0, description="Override every dropout rate of the model."
+    )
+
+    @model_validator(mode="after")
+    def _check_grad_dtype(self) -> TrainingSetup:
+        if self.grad_dtype is not None:
+            allowed = {DType.fp32, self.precision.weight_dtype}
+            if self.grad_dtype not in allowed:
+                names = ", ".join(sorted(d.value for d in allowed))
+                raise ValueError(f"grad_dtype must be one of: {names} for {self.precision.value}")
+        return self
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+    @property
+    def weight_dtype(self) -> DType:
+        return self.precision.weight_dtype
+
+    @property
+    def activation_dtype(self) -> DType:
+        return self.precision.activation_dtype
+
+    @property
+    def gradient_dtype(self) -> DType:
+        """Gradients: the weight dtype, except fp32 main grads by default under -mixed."""
+        if self.grad_dtype is not None:
+            return self.grad_dtype
+        return DType.fp32 if self.precision.is_mixed else self.weight_dtype
+
+    @property
+    def optimizer_dtype(self) -> DType:
+        """Dtype of optimizer states and master weights: fp32 under -mixed, else weights'."""
+        return DType.fp32 if self.precision.is_mixed else self.weight_dtype

@@ -1,0 +1,1 @@
+"""Recompute and offload strategies over the op graph."""

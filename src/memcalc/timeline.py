@@ -1,0 +1,102 @@
+"""The step timeline: bytes on the GPU at the moments that can set the peak.
+
+A training step is forward (activations accumulate), the loss (logits, their fp32 copy, the
+log-softmax output), backward (the loss gradients first; then, block by block from the last,
+saved tensors are freed while parameter gradients appear; a recomputed segment is rebuilt just
+before its backward), and the optimizer step (its temporaries). The peak is the largest moment,
+and where it happens is reported -- it is not the sum of the four components.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memcalc.graph.ops import OpGraph
+from memcalc.params import ParamCounts
+from memcalc.spec.training import DType, Loss, TrainingSetup
+from memcalc.strategies.recompute import ActivationPlan
+
+
+@dataclass(frozen=True)
+class Moment:
+    """Live bytes at one moment of the step, by kind."""
+
+    phase: str
+    """forward, backward or optimizer step."""
+    where: str
+    """The op or block at that moment."""
+    parameter_bytes: int
+    gradient_bytes: int
+    optimizer_bytes: int
+    activation_bytes: int
+    transient_bytes: int
+    """Bytes that exist only around this moment."""
+
+    @property
+    def total_bytes(self) -> int:
+        return (self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes
+                + self.activation_bytes + self.transient_bytes)
+
+
+def step_timeline(
+    graph: OpGraph, plan: ActivationPlan, setup: TrainingSetup, counts: ParamCounts, *,
+    params_bytes: int, grads_bytes: int, optimizer_bytes: int, stored_activation_bytes: int,
+    step_temporary_bytes: int, grads_resident: bool = True, activations_offloaded: bool = False,
+) -> list[Moment]:
+    """Moments of one step (after ``zero_grad(set_to_none=True)``: no gradients at the start).
+
+    Loss: HF ``ForCausalLMLoss`` -- in forward, ``log_softmax`` writes its fp32 output while the
+    logits (and their fp32 copy under 16-bit) are alive; in backward, ``nll_loss_backward``
+    writes a b*s*V fp32 gradient and ``_log_softmax_backward_data`` another before the saved
+    output is freed (measured: the peak op of every reference case at small width).
+    Tied embeddings: autograd sums the LM-head and embedding gradients of the shared weight
+    in an input buffer (three V x h tensors alive at the ``add``).
+    Block backward working memory: gradients of the block's output and input (2*T*h) plus
+    twice its largest saved tensor (the gradient of that tensor and of its producer's input) --
+    a memcalc approximation, checked against the measured peaks in tests.
+    """
+    T = setup.tokens
+    V = graph.logits.numel // T if graph.logits else 0
+    p = setup.activation_dtype
+    g = setup.gradient_dtype.itemsize
+    P, O = params_bytes, optimizer_bytes
+    outside = graph.prologue_saved_bytes
+    head_grads = (counts.head + counts.norms // (2 * len(graph.blocks) + 1)) * g
+    block_grads = (counts.attention + counts.mlp) * g // len(graph.blocks)
+    norm_grads_per_block = (counts.norms - counts.norms // (2 * len(graph.blocks) + 1)) * g // len(
+        graph.blocks
+    )
+    per_block_grads = block_grads + norm_grads_per_block
+
+    def grads(value: int) -> int:
+        return value if grads_resident else min(value, grads_bytes)
+
+    moments: list[Moment] = []
+    acts = stored_activation_bytes
+    if setup.loss is Loss.standard and graph.logits is not None:
+        logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0)
+        moments.append(Moment("forward", "loss: log_softmax", P, 0, O, acts, logits))
+        moments.append(Moment("backward", "loss: _log_softmax_backward_data", P, 0, O, acts,
+                              2 * T * V * 4))
+    h_bytes = graph.blocks[0].input.nbytes
+    running_grads = head_grads
+    n = len(graph.blocks)
+    for i in range(n - 1, -1, -1):
+        blk = graph.blocks[i]
+        largest = max((s.nbytes for op in blk.ops for s in op.saves), default=0)
+        work = 2 * h_bytes + 2 * largest
+        rebuild = plan.block_rebuild[i] if plan.block_rebuild else 0
+        if activations_offloaded:
+            held = outside + graph.epilogue_saved_bytes if i == n - 1 else outside
+            held += plan.block_stored[i]
+        else:
+            held = outside + sum(plan.block_stored[: i + 1])
+        running_grads += per_block_grads
+        moments.append(Moment("backward", f"block {i}", P, grads(running_grads), O, held,
+                              rebuild + work))
+    tied_transient = 2 * counts.embedding * g if counts.head == 0 else 0
+    moments.append(Moment("backward", "embedding" + (" (tied weight add)" if tied_transient else ""),
+                          P, grads(grads_bytes), O, outside, tied_transient))
+    moments.append(Moment("optimizer step", "step()", P, grads(grads_bytes), O, 0,
+                          step_temporary_bytes))
+    return moments

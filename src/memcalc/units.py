@@ -1,0 +1,66 @@
+"""Bytes to text: the only place where a number of bytes becomes a string with a unit.
+
+GiB = 2**30 bytes and GB = 10**9 bytes are never mixed; every label says which one it is.
+"""
+
+from enum import Enum
+
+GIB = 2**30
+GB = 10**9
+
+
+class Unit(str, Enum):
+    """Unit for printed memory sizes."""
+
+    GiB = "GiB"
+    """Binary gibibytes, 2**30 bytes (what nvidia-smi and torch call 'GB')."""
+    GB = "GB"
+    """Decimal gigabytes, 10**9 bytes (what datasheets call 'GB')."""
+
+
+def bytes_per_unit(unit: Unit) -> int:
+    """2**30 for GiB, 10**9 for GB."""
+    return GIB if unit is Unit.GiB else GB
+
+
+def to_unit(num_bytes: int | float, unit: Unit) -> float:
+    """Bytes as a float in ``unit``.
+
+    >>> to_unit(3 * 2**30, Unit.GiB)
+    3.0
+    """
+    return num_bytes / bytes_per_unit(unit)
+
+
+def format_bytes(num_bytes: int | float, unit: Unit = Unit.GiB, digits: int = 2) -> str:
+    """Human text with the unit label.
+
+    >>> format_bytes(1.5 * 2**30)
+    '1.50 GiB'
+    >>> format_bytes(2_000_000_000, Unit.GB)
+    '2.00 GB'
+    """
+    return f"{to_unit(num_bytes, unit):.{digits}f} {unit.value}"
+
+
+def format_flops(flops: float) -> str:
+    """FLOPs with an SI prefix.
+
+    >>> format_flops(1.25e15)
+    '1.25 PFLOP'
+    """
+    for prefix, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if abs(flops) >= scale:
+            return f"{flops / scale:.2f} {prefix}FLOP"
+    return f"{flops:.0f} FLOP"
+
+
+def format_seconds(seconds: float) -> str:
+    """Seconds as ms or s.
+
+    >>> format_seconds(0.0123)
+    '12.3 ms'
+    """
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
