@@ -37,10 +37,12 @@ class Options:
 
     @property
     def label(self) -> str:
-        parts = [self.recompute.value if self.recompute is not Recompute.every_k
-                 else f"every-{self.every}" if self.every else "every-k"]
-        parts += [f"offload {o.label}" for o in self.offload]
-        return " + ".join(parts)
+        recompute = (f"every-{self.every}" if self.recompute is Recompute.every_k and self.every
+                     else self.recompute.value)
+        if not self.offload:
+            return recompute
+        offload = "offload " + ", ".join(o.label for o in self.offload)
+        return offload if self.recompute is Recompute.none else f"{recompute} + {offload}"
 
 
 @dataclass(frozen=True)

@@ -64,3 +64,30 @@ def format_seconds(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.1f} ms"
     return f"{seconds:.2f} s"
+
+
+_SIZE_SUFFIXES = {"gib": GIB, "gb": GB, "mib": 2**20, "mb": 10**6, "kib": 2**10, "kb": 10**3,
+                  "tib": 2**40, "tb": 10**12, "b": 1, "": 1}
+
+
+def parse_size(text: str, field: str = "--budget") -> int:
+    """Bytes from '20GiB', '20 GB', '2e10' or '21474836480'.
+
+    >>> parse_size("1.5GiB"), parse_size("2e9"), parse_size("10 MB")
+    (1610612736, 2000000000, 10000000)
+    """
+    from memcalc.errors import MemcalcError
+
+    cleaned = text.strip().lower().replace(" ", "")
+    number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
+    suffix = cleaned[len(number):]
+    try:
+        value = float(number) * _SIZE_SUFFIXES[suffix]
+    except (ValueError, KeyError):
+        raise MemcalcError(
+            f"{field}: cannot read {text!r} as a size; use a number of bytes or a number with "
+            f"one of: GiB, GB, MiB, MB, TiB, TB"
+        ) from None
+    if value <= 0:
+        raise MemcalcError(f"{field}: must be positive, got {text!r}")
+    return int(value)

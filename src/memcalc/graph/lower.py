@@ -202,7 +202,7 @@ def _gpt2_block(i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims,
     out = linear(sc, "mlp.c_proj", M, act, T, m, h, p)
     dropout(sc, "mlp.dropout", M, out, spec.residual_dropout)
     sc.add("mlp.residual_add", M, [], T * h, "aten.add: saves nothing")
-    return Block(tuple(sc.ops), x)
+    return Block(tuple(sc.ops), x, frozenset({qkv.name}))
 
 
 def _llama_block(i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims,
@@ -241,7 +241,7 @@ def _llama_block(i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims,
     prod = Saved("mlp.product", T * m, p)
     linear(sc, "mlp.down_proj", M, prod, T, m, h, p)
     sc.add("mlp.residual_add", M, [], T * h, "aten.add: saves nothing")
-    return Block(tuple(sc.ops), x)
+    return Block(tuple(sc.ops), x, frozenset({q.name, k.name, v.name}))
 
 
 def _loss(sc: _Scope, setup: TrainingSetup, dims: _Dims) -> tuple[Saved, tuple[Saved, ...]]:
@@ -305,7 +305,8 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         pro.add("rotary_embedding", Component.attention, list(rope), 0,
                 "LlamaRotaryEmbedding: cos, sin saved by the q/k muls of every layer")
         blocks = tuple(
-            Block(tuple(_without(op, {"rope.cos", "rope.sin"}) for op in blk.ops), blk.input)
+            Block(tuple(_without(op, {"rope.cos", "rope.sin"}) for op in blk.ops), blk.input,
+                  blk.core_inputs)
             for blk in blocks
         )
 

@@ -87,6 +87,8 @@ class Block:
     ops: tuple[Op, ...]
     input: Saved
     """The block input, which a checkpoint keeps when the block is recomputed."""
+    core_inputs: frozenset[str] = frozenset()
+    """Storages the attention core reads (q, k, v): selective recompute keeps them."""
 
     @property
     def saved_bytes(self) -> int:
@@ -100,6 +102,7 @@ class Block:
     def core_only_names(self) -> set[str]:
         """Storages saved only by attention-core ops (what selective recompute frees)."""
         kept = {s.name for op in self.ops if not op.attention_core for s in op.saves}
+        kept |= self.core_inputs
         return {s.name for op in self.ops if op.attention_core for s in op.saves} - kept
 
     @property

@@ -1,0 +1,5 @@
+"""``python -m memcalc``."""
+
+from memcalc.cli import run
+
+run()

@@ -1,0 +1,204 @@
+"""The memcalc command line: thin commands that parse, call one library function, print.
+
+Bad input of any kind (unknown names, bad values, malformed files) ends with one line
+``error: ...`` on stderr and exit code 2 -- never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+from pydantic import ValidationError
+from tabulate import tabulate
+
+from memcalc.errors import MemcalcError
+
+try:  # typer >= 0.20 vendors its own click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click.exceptions import NoArgsIsHelpError, UsageError
+from memcalc.estimate import DEFAULT_MFU, Breakdown, Options, estimate
+from memcalc.params import count_params
+from memcalc.profiles import DEFAULT_GPU, list_profiles, load_profile
+from memcalc.report import Format, render_detail, render_strategies
+from memcalc.spec.loaders import load_model, validation_message
+from memcalc.spec.presets import DEFAULT_MODEL, PRESETS
+from memcalc.spec.training import Attention, DType, Loss, OptimizerKind, Precision, TrainingSetup
+from memcalc.strategies.offload import Offload, OffloadWhat
+from memcalc.strategies.recompute import Recompute, sqrt_k
+from memcalc.units import Unit, parse_size, to_unit
+
+app = typer.Typer(
+    help="How much GPU memory a training job needs, and which recompute / offload strategy "
+    "makes it fit.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+profiles_app = typer.Typer(help="GPU profiles (profiles/*.toml).", no_args_is_help=True)
+models_app = typer.Typer(help="Built-in model presets.", no_args_is_help=True)
+app.add_typer(profiles_app, name="profiles")
+app.add_typer(models_app, name="models")
+
+
+def _setup(batch: int, seq: int, precision: Precision, grad_dtype: Optional[DType],
+           optimizer: OptimizerKind, foreach: bool, attention: Attention, loss: Loss,
+           dropout: Optional[float]) -> TrainingSetup:
+    try:
+        return TrainingSetup(batch=batch, seq=seq, precision=precision, grad_dtype=grad_dtype,
+                             optimizer=optimizer, optimizer_foreach=foreach,
+                             attention=attention, loss=loss, dropout=dropout)
+    except ValidationError as e:
+        raise MemcalcError(validation_message("options", e)) from None
+
+
+def default_strategies(spec_layers: int, has_optimizer_state: bool) -> list[Options]:
+    """The rows of the strategy table: each recompute strategy, then each offload that applies."""
+    rows = [Options(recompute=r) for r in (Recompute.none, Recompute.selective, Recompute.full)]
+    rows.append(Options(recompute=Recompute.every_k, every=sqrt_k(spec_layers)))
+    if has_optimizer_state:
+        rows.append(Options(offload=(Offload.parse("optimizer=cpu"),)))
+        rows.append(Options(offload=(Offload.parse("optimizer=nvme"),)))
+    rows.append(Options(recompute=Recompute.full, offload=(Offload.parse("activations=cpu"),)))
+    rows.append(Options(offload=(Offload.parse("params=cpu"), Offload.parse("optimizer=cpu"))))
+    return rows
+
+
+@app.command("estimate")
+def estimate_command(
+    model: Annotated[str, typer.Option(help="Preset name (memcalc models list) or a spec "
+                                            "TOML/JSON / HF config.json path.")] = DEFAULT_MODEL,
+    gpu: Annotated[str, typer.Option(help="GPU profile name (memcalc profiles list) or a "
+                                          "profile TOML path.")] = DEFAULT_GPU,
+    batch: Annotated[int, typer.Option(help="Micro-batch size (sequences).")] = 1,
+    seq: Annotated[int, typer.Option(help="Sequence length (tokens).")] = 1024,
+    precision: Annotated[Precision, typer.Option(help="Precision recipe.")] = Precision.bf16_mixed,
+    grad_dtype: Annotated[Optional[DType], typer.Option(
+        help="Gradient dtype under -mixed (fp32 default, or bf16/fp16).")] = None,
+    optimizer: Annotated[OptimizerKind, typer.Option(help="Optimizer.")] = OptimizerKind.adamw,
+    foreach: Annotated[bool, typer.Option(help="Multi-tensor optimizer step.")] = True,
+    attention: Annotated[Attention, typer.Option(help="Attention kernel.")] = Attention.sdpa,
+    loss: Annotated[Loss, typer.Option(help="Loss implementation.")] = Loss.standard,
+    dropout: Annotated[Optional[float], typer.Option(
+        help="Override every dropout rate (default: from the model).")] = None,
+    recompute: Annotated[Optional[Recompute], typer.Option(
+        help="One recompute strategy (prints a detailed breakdown).")] = None,
+    every: Annotated[Optional[int], typer.Option(
+        help="k for --recompute every-k (default round(sqrt(N))).")] = None,
+    budget: Annotated[Optional[str], typer.Option(
+        help="Activation budget for --recompute budget, e.g. 20GiB or 2e10.")] = None,
+    offload: Annotated[Optional[list[str]], typer.Option(
+        help="WHAT=WHERE, repeatable: optimizer=cpu|nvme, params=cpu, activations=cpu.")] = None,
+    mfu: Annotated[float, typer.Option(
+        help="Model-FLOPs utilisation used to turn FLOPs into time.")] = DEFAULT_MFU,
+    format: Annotated[Format, typer.Option(help="Output format.")] = Format.table,
+    unit: Annotated[Unit, typer.Option(help="Memory unit: GiB (2^30) or GB (10^9).")] = Unit.GiB,
+) -> None:
+    """Split the memory of one training step into parameters, gradients, optimizer states
+    and activations under each recompute / offload strategy, and say whether it fits."""
+    spec = load_model(model)
+    profile = load_profile(gpu)
+    setup = _setup(batch, seq, precision, grad_dtype, optimizer, foreach, attention, loss,
+                   dropout)
+    if not 0 < mfu <= 1:
+        raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
+    if every is not None and recompute is not Recompute.every_k:
+        raise MemcalcError("--every: only applies with --recompute every-k")
+    if budget is not None and recompute is not Recompute.budget:
+        raise MemcalcError("--budget: only applies with --recompute budget")
+    offloads = tuple(Offload.parse(o) for o in offload or [])
+    if recompute is None and not offloads:
+        rows = [estimate(spec, setup, profile, o)
+                for o in default_strategies(spec.num_layers,
+                                            setup.optimizer is not OptimizerKind.sgd
+                                            or setup.precision.is_mixed)]
+        typer.echo(render_strategies(rows, format, unit))
+        return
+    options = Options(recompute=recompute or Recompute.none, every=every,
+                      budget_bytes=parse_size(budget) if budget else None, offload=offloads,
+                      mfu=mfu)
+    typer.echo(render_detail(estimate(spec, setup, profile, options), format, unit))
+
+
+@profiles_app.command("list")
+def profiles_list(
+    unit: Annotated[Unit, typer.Option(help="Memory unit.")] = Unit.GiB,
+) -> None:
+    """List the built-in GPU profiles."""
+    rows = []
+    for name in list_profiles():
+        p = load_profile(name)
+        rows.append([name, p.display_name, f"{to_unit(p.memory_bytes, unit):.1f}",
+                     f"{p.bf16_flops_per_s / 1e12:.0f}", f"{p.host_link_bytes_per_s / 1e9:.0f}",
+                     p.host_link])
+    typer.echo(tabulate(rows, headers=["name", "GPU", f"memory ({unit.value})",
+                                       "bf16 dense TFLOP/s", "host GB/s", "host link"],
+                        disable_numparse=True))
+
+
+@profiles_app.command("show")
+def profiles_show(name: Annotated[str, typer.Argument(help="Profile name or file.")]) -> None:
+    """Show every field of one GPU profile."""
+    p = load_profile(name)
+    typer.echo(tabulate([[k, v] for k, v in p.model_dump().items()], headers=["field", "value"],
+                        disable_numparse=True))
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """List the built-in model presets with their exact parameter counts."""
+    rows = [[n, s.family.value, f"{count_params(s).total:,}", s.num_layers, s.hidden_size,
+             s.num_heads, s.kv_heads, s.mlp_size, s.vocab_size, "yes" if s.tied else "no"]
+            for n, s in PRESETS.items()]
+    typer.echo(tabulate(rows, headers=["name", "family", "parameters", "layers", "hidden",
+                                       "heads", "kv heads", "mlp", "vocab", "tied"],
+                        disable_numparse=True))
+
+
+def _register_optional_commands() -> None:
+    """Commands owned by the side rooms (they import torch only when they run)."""
+    try:
+        from memcalc.quiz.command import quiz_command
+    except ImportError:  # pragma: no cover - package incomplete
+        pass
+    else:
+        app.command("quiz")(quiz_command)
+    try:
+        from memcalc.measure.command import measure_command
+    except ImportError:  # pragma: no cover
+        pass
+    else:
+        app.command("measure")(measure_command)
+
+
+_register_optional_commands()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app; any usage error or MemcalcError is one line and exit 2."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="memcalc", standalone_mode=False)
+    except MemcalcError as e:
+        typer.echo(f"error: {e}", err=True)
+        return 2
+    except NoArgsIsHelpError as e:
+        typer.echo(e.ctx.get_help() if e.ctx else str(e))
+        return 0
+    except UsageError as e:
+        message = " ".join(e.format_message().replace("Value error, ", "").split())
+        typer.echo(f"error: {message}", err=True)
+        return 2
+    except typer.Exit as e:
+        return e.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("aborted", err=True)
+        return 130
+    return 0
+
+
+def run() -> None:  # pragma: no cover - console script
+    sys.exit(main())

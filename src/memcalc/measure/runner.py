@@ -1,0 +1,325 @@
+"""Run real training steps of a model and measure the bytes of each memory component.
+
+Protocol (as for ``shared/reference``): step 1 is a warm-up (it creates the optimizer state);
+step 2 is measured: ``zero_grad(set_to_none=True)``, forward on random token ids with
+``labels = input_ids``, ``loss.backward()``, ``optimizer.step()``.
+
+* CUDA: synchronize -> reset_peak_memory_stats -> step -> synchronize; components are
+  ``memory_allocated`` differences at the right moments (parameters after building the model,
+  optimizer state after the warm-up, activations = after forward minus before, gradients =
+  after backward minus before forward, less the loss), the peak is ``max_memory_allocated``,
+  plus ``max_memory_reserved`` and ``num_alloc_retries`` from ``memory_stats()``.
+* CPU: exact byte counts. Parameters, gradients and optimizer state are their unique storages;
+  activations are what ``SavedTensorRecorder`` sees saved during the forward (parameters
+  excluded), except under selective recompute, where the checkpoint's cache is invisible to
+  saved-tensor hooks and the activations are ``LiveMemoryTracker``'s live bytes after the
+  forward minus before (the loss scalar excluded); the peak is the tracker's.
+  CPU dropout is re-routed to ``torch.native_dropout`` so masks are 1-byte bools as on CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from memcalc.errors import MemcalcError
+from memcalc.measure.build import Impl, attention_kind, build_model, forward_loss
+from memcalc.measure.strategies import apply_strategy, bool_dropout_masks
+from memcalc.measure.tracker import LiveMemoryTracker, SavedTensorRecorder, _storage_key
+from memcalc.spec.model import ModelSpec
+from memcalc.spec.training import OptimizerKind, TrainingSetup
+from memcalc.strategies.offload import Offload, OffloadWhat
+from memcalc.strategies.recompute import Recompute
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Bytes measured in one training step, by component (the Breakdown's fields)."""
+
+    device: str
+    impl: str
+    strategy: str
+    parameter_bytes: int
+    gradient_bytes: int
+    optimizer_bytes: int
+    """Optimizer states + master weights + step tensors on the device."""
+    optimizer_state_bytes: int
+    master_weight_bytes: int
+    step_tensor_bytes: int
+    activation_bytes: int
+    """Activations held on the device from forward to backward."""
+    peak_bytes: int
+    peak_phase: str
+    host_bytes: int = 0
+    """Bytes the optimizer keeps on the host (optimizer=cpu)."""
+    reserved_bytes: int | None = None
+    """CUDA only: max_memory_reserved during the measured step."""
+    alloc_retries: int | None = None
+    """CUDA only: num_alloc_retries (cudaMalloc failed, cache flushed, retried)."""
+    saved_by_dtype: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class _Trainer:
+    """Model + optimizer under a precision recipe and optimizer placement."""
+
+    model: nn.Module
+    params: list[nn.Parameter]
+    opt_params: list[torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    mixed: bool
+    offloaded: bool
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        if self.offloaded and not self.mixed:
+            for p, q in zip(self.params, self.opt_params):
+                q.grad = p.grad.to(q.device) if p.grad is not None else None
+        self.optimizer.step()
+        if self.mixed or self.offloaded:
+            with torch.no_grad():
+                for p, q in zip(self.params, self.opt_params):
+                    p.copy_(q)
+
+    @property
+    def grads(self) -> list[torch.Tensor]:
+        """The gradients the optimizer reads on the device: fp32 main grads under -mixed."""
+        source = self.opt_params if self.mixed and not self.offloaded else self.params
+        return [p.grad for p in source if p.grad is not None]
+
+    def state_tensors(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(state tensors, step tensors) of the optimizer."""
+        states, steps = [], []
+        for st in self.optimizer.state.values():
+            for name, t in st.items():
+                if isinstance(t, torch.Tensor):
+                    (steps if name == "step" else states).append(t)
+        return states, steps
+
+
+def _optimizer(kind: OptimizerKind, params: list[torch.Tensor], foreach: bool
+               ) -> torch.optim.Optimizer:
+    if kind in (OptimizerKind.adamw, OptimizerKind.adam):
+        cls = torch.optim.AdamW if kind is OptimizerKind.adamw else torch.optim.Adam
+        return cls(params, lr=1e-4, foreach=foreach)
+    if kind in (OptimizerKind.sgd, OptimizerKind.sgd_momentum):
+        momentum = 0.9 if kind is OptimizerKind.sgd_momentum else 0.0
+        return torch.optim.SGD(params, lr=1e-4, momentum=momentum, foreach=foreach)
+    raise MemcalcError(f"--optimizer: measure runs adamw, adam, sgd, sgd-momentum; "
+                       f"not {kind.value}")
+
+
+def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) -> _Trainer:
+    params = list(model.parameters())  # unique: tied weights once
+    mixed = setup.precision.is_mixed
+    host = torch.device("cpu")
+    if mixed:
+        # fp32 master copies live with the optimizer; the 16-bit grad of each parameter is
+        # turned into an fp32 main grad as soon as it is accumulated, and freed.
+        where = host if offload_optimizer else params[0].device
+        opt_params = [p.detach().to(where, torch.float32).clone().requires_grad_(True)
+                      for p in params]
+
+        def to_main_grad(p: torch.Tensor, q: torch.Tensor) -> None:
+            g = p.grad.to(q.device, torch.float32)  # type: ignore[union-attr]
+            q.grad = g if q.grad is None else q.grad + g
+            p.grad = None
+
+        for p, q in zip(params, opt_params):
+            p.register_post_accumulate_grad_hook(lambda p, q=q: to_main_grad(p, q))
+    elif offload_optimizer:
+        opt_params = [p.detach().to(host).clone().requires_grad_(True) for p in params]
+    else:
+        opt_params = list(params)
+    foreach = setup.optimizer_foreach
+    return _Trainer(model, params, opt_params, _optimizer(setup.optimizer, opt_params, foreach),
+                    mixed, offload_optimizer)
+
+
+def _unique_bytes(tensors: list[torch.Tensor]) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        key = _storage_key(t)
+        if key is not None:
+            seen[key] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def _bytes_on(tensors: list[torch.Tensor], device: torch.device) -> int:
+    return _unique_bytes([t for t in tensors if t.device.type == device.type])
+
+
+@contextlib.contextmanager
+def _oom_as_error(phase: list[str]) -> Iterator[None]:
+    try:
+        yield
+    except torch.OutOfMemoryError:
+        raise MemcalcError(f"does not fit: out of memory at {phase[0]}") from None
+
+
+def measure(spec: ModelSpec, setup: TrainingSetup, *, impl: Impl = Impl.ours,
+            recompute: Recompute = Recompute.none, every: int | None = None,
+            offload: tuple[Offload, ...] = (), device: str | None = None, seed: int = 0,
+            progress: Progress | None = None) -> Measurement:
+    """Build ``spec``, apply the strategy, run a warm-up and a measured step, count bytes."""
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if setup.dropout is not None:
+        spec, setup = spec.with_dropout(setup.dropout), setup.model_copy(update={"dropout": None})
+    what = {o.what for o in offload}
+    if OffloadWhat.params in what:
+        raise MemcalcError("--offload: params=cpu is not measured; measure offloads "
+                           "optimizer=cpu and activations=cpu")
+    if any(o.where.value == "nvme" for o in offload):
+        raise MemcalcError("--offload: optimizer=nvme is not measured; use optimizer=cpu")
+    say = progress or (lambda _msg: None)
+    notes: list[str] = []
+    if dev.type == "cpu":
+        notes.append("CPU: dropout re-routed to torch.native_dropout (bool masks, as on CUDA)")
+        if attention_kind(setup) == "sdpa" and spec.attention_dropout > 0:
+            notes.append("CPU SDPA with dropout runs a math kernel that saves the full "
+                         "attention matrix in fp32; a GPU does not (expect a large error)")
+    phase = ["building the model"]
+    with _oom_as_error(phase), (bool_dropout_masks() if dev.type == "cpu"
+                                else contextlib.nullcontext()):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+        say("building the model")
+        model = build_model(spec, setup, impl, dev, seed)
+        label = apply_strategy(model, recompute, every=every,
+                               offload_activations=OffloadWhat.activations in what,
+                               pin_memory=dev.type == "cuda")
+        trainer = _trainer(model, setup, OffloadWhat.optimizer in what)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        ids = torch.randint(0, spec.vocab_size, (setup.batch, setup.seq), generator=gen).to(dev)
+        run = _measure_cuda if dev.type == "cuda" else _measure_cpu
+        kwargs: dict[str, Any] = {"base": base} if dev.type == "cuda" else {}
+        m = run(trainer, ids, recompute, phase, say, **kwargs)
+    return Measurement(device=str(dev), impl=impl.value, strategy=label, notes=tuple(notes),
+                       **m)
+
+
+def _one_step(trainer: _Trainer, ids: torch.Tensor, phase: list[str],
+              on: Callable[[str, Any], None]) -> None:
+    trainer.zero_grad()
+    phase[0] = "forward"
+    on("before_forward", None)
+    loss = forward_loss(trainer.model, ids)
+    on("after_forward", loss)
+    phase[0] = "backward"
+    loss.backward()
+    on("after_backward", loss)
+    phase[0] = "optimizer step"
+    trainer.step()
+    on("after_step", None)
+
+
+def _optimizer_bytes(trainer: _Trainer, device: torch.device) -> dict[str, int]:
+    states, steps = trainer.state_tensors()
+    master = trainer.opt_params if trainer.mixed else []
+    state_b, step_b = _bytes_on(states, device), _bytes_on(steps, device)
+    master_b = _bytes_on(master, device)
+    host = torch.device("cpu")
+    host_b = (_unique_bytes(states + steps + list(trainer.opt_params)
+                            + [q.grad for q in trainer.opt_params if q.grad is not None])
+              if trainer.offloaded else 0)
+    if trainer.offloaded and device.type == host.type:
+        # On a CPU run the "host" copies share the device: report them only as host bytes.
+        state_b = step_b = master_b = 0
+    return {"optimizer_bytes": state_b + master_b + step_b, "optimizer_state_bytes": state_b,
+            "master_weight_bytes": master_b, "step_tensor_bytes": step_b, "host_bytes": host_b}
+
+
+def _measure_cpu(trainer: _Trainer, ids: torch.Tensor, recompute: Recompute, phase: list[str],
+                 say: Progress) -> dict[str, Any]:
+    model = trainer.model
+    say("warm-up step")
+    _one_step(trainer, ids, phase, lambda *_: None)
+    params = trainer.params
+    device = params[0].device
+    recorder = SavedTensorRecorder.for_module(model)
+    recorder.exclude |= {k for k in (_storage_key(q) for q in trainer.opt_params) if k}
+    tracker = LiveMemoryTracker()
+    marks: dict[str, int] = {}
+    grads: list[torch.Tensor] = []
+    loss_bytes = [0]
+    hooks = [recorder.hooks()]
+
+    def on(event: str, loss: Any) -> None:
+        marks[event] = tracker.live_bytes
+        if event == "before_forward":
+            tracker.phase = "forward"
+            hooks[0].__enter__()
+        elif event == "after_forward":
+            hooks[0].__exit__(None, None, None)
+            loss_bytes[0] = loss.untyped_storage().nbytes()
+            tracker.phase = "backward"
+        elif event == "after_backward":
+            grads.extend(trainer.grads)
+            tracker.phase = "optimizer step"
+
+    say("measured step")
+    opt_b = _optimizer_bytes(trainer, device)
+    with tracker:
+        tracker.register([params, trainer.opt_params, trainer.state_tensors(), ids])
+        tracker.reset_peak()
+        _one_step(trainer, ids, phase, on)
+    if recompute is Recompute.selective:
+        acts = marks["after_forward"] - marks["before_forward"] - loss_bytes[0]
+    else:
+        acts = recorder.total_bytes
+    return {
+        "parameter_bytes": _unique_bytes(list(params)), "gradient_bytes": _unique_bytes(grads),
+        **opt_b, "activation_bytes": acts, "peak_bytes": tracker.peak_bytes,
+        "peak_phase": tracker.peak_phase, "saved_by_dtype": recorder.bytes_by_dtype(),
+    }
+
+
+def _measure_cuda(trainer: _Trainer, ids: torch.Tensor, recompute: Recompute,
+                  phase: list[str], say: Progress, base: int) -> dict[str, Any]:
+    cuda = torch.cuda
+    params_b = cuda.memory_allocated() - base - ids.untyped_storage().nbytes()
+    say("warm-up step")
+    _one_step(trainer, ids, phase, lambda *_: None)
+    trainer.zero_grad()
+    cuda.synchronize()
+    device = trainer.params[0].device
+    opt_b = _optimizer_bytes(trainer, device)
+    marks: dict[str, int] = {}
+    loss_bytes = [0]
+
+    def on(event: str, loss: Any) -> None:
+        cuda.synchronize()
+        marks[event] = cuda.memory_allocated()
+        if loss is not None:
+            loss_bytes[0] = loss.untyped_storage().nbytes()
+
+    say("measured step")
+    cuda.reset_peak_memory_stats()
+    retries_before = cuda.memory_stats().get("num_alloc_retries", 0)
+    _one_step(trainer, ids, phase, on)
+    cuda.synchronize()
+    stats = cuda.memory_stats()
+    # Blocks are rounded to 512 B by the caching allocator; differences include that rounding.
+    return {
+        "parameter_bytes": params_b,
+        "gradient_bytes": marks["after_backward"] - marks["before_forward"] - loss_bytes[0],
+        **opt_b,
+        "activation_bytes": marks["after_forward"] - marks["before_forward"] - loss_bytes[0],
+        "peak_bytes": cuda.max_memory_allocated() - base,
+        "peak_phase": "",
+        "reserved_bytes": cuda.max_memory_reserved(),
+        "alloc_retries": stats.get("num_alloc_retries", 0) - retries_before,
+    }

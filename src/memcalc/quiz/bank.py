@@ -1,0 +1,190 @@
+"""The question schema and the loader of the bank files ``quiz/*.toml``.
+
+One pydantic model per level of a bank file, ``extra="forbid"`` throughout; questions generated
+from the learner's model (``generate.py``) are built with the same ``Question`` model, so they
+pass the same checks. A bad file gives one line naming the file, the question and the field.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from memcalc.errors import MemcalcError
+from memcalc.resources import data_dir
+from memcalc.spec.loaders import read_data_file
+
+NUM_OPTIONS = 4
+"""Every question has four options, answered a-d or 1-4."""
+
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+"""Ids and concept tags: lower-case words joined by hyphens."""
+
+
+class Topic(str, Enum):
+    """What a question is about (``--topic``)."""
+
+    recompute = "recompute"
+    """Activation recompute / checkpointing."""
+    activations = "activations"
+    """What is saved for backward, and the step's peak."""
+    parameters = "parameters"
+    """Parameter counts and the bytes of the weights and model states."""
+    optimizer = "optimizer"
+    """Optimizer states, master weights, the optimizer step."""
+    attention = "attention"
+    """Attention kernels and the s x s score term."""
+    offload = "offload"
+    """Moving optimizer states, parameters or activations to the host."""
+    precision = "precision"
+    """Precision recipes: bytes per weight, gradient and state."""
+    sharding = "sharding"
+    """ZeRO / FSDP / tensor parallelism."""
+
+
+class Difficulty(str, Enum):
+    """How hard a question is (``--difficulty``)."""
+
+    easy = "easy"
+    """One fact or one multiplication."""
+    medium = "medium"
+    """Two facts combined, or a common mistake to avoid."""
+    hard = "hard"
+    """Several steps, or a result that surprises most people."""
+
+
+class Lang(str, Enum):
+    """Language of the quiz text (``--lang``)."""
+
+    en = "en"
+    """English."""
+    ur = "ur"
+    """Urdu."""
+
+
+class Text(BaseModel):
+    """A question in one language."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str = Field(min_length=1, description="The question.")
+    options: list[str] = Field(
+        min_length=NUM_OPTIONS, max_length=NUM_OPTIONS,
+        description="The four answers, in the file's order (shuffled when asked).",
+    )
+    explanation: str = Field(min_length=1, description="Why the correct answer is right.")
+
+    @field_validator("prompt", "explanation")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _distinct_options(cls, options: list[str]) -> list[str]:
+        if any(not o.strip() for o in options):
+            raise ValueError("options must not be blank")
+        if len({o.strip() for o in options}) != len(options):
+            raise ValueError("options must be distinct, so that exactly one is correct")
+        return options
+
+
+class Question(BaseModel):
+    """One multiple-choice question in both languages; ``correct`` indexes ``options``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=SLUG_PATTERN, description="Unique across all bank files.")
+    concept: str = Field(pattern=SLUG_PATTERN, description="What to review when it is missed.")
+    topic: Topic = Field(description="What the question is about.")
+    difficulty: Difficulty = Field(description="easy, medium or hard.")
+    correct: int = Field(ge=0, lt=NUM_OPTIONS, description="0-based index of the right option.")
+    en: Text = Field(description="English text.")
+    ur: Text = Field(description="Urdu text, options in the same order as English.")
+
+    def text(self, lang: Lang) -> Text:
+        """The question in ``lang``."""
+        return self.en if lang is Lang.en else self.ur
+
+
+class BankFile(BaseModel):
+    """One ``quiz/*.toml`` file: a list of ``[[questions]]``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    questions: list[Question] = Field(min_length=1, description="The file's questions.")
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> BankFile:
+        seen: set[str] = set()
+        for q in self.questions:
+            if q.id in seen:
+                raise ValueError(f"duplicate question id {q.id!r}")
+            seen.add(q.id)
+        return self
+
+
+def bank_dir() -> Path:
+    """The folder of bank files: ``quiz/`` in a checkout, ``memcalc._quiz`` in a wheel."""
+    return data_dir("quiz")
+
+
+def bank_files(folder: Path | None = None) -> list[Path]:
+    """The ``*.toml`` files of the bank, sorted by name."""
+    return sorted((folder or bank_dir()).glob("*.toml"))
+
+
+def load_bank_file(path: Path) -> list[Question]:
+    """The questions of one bank file; a MemcalcError naming the file and field otherwise."""
+    data = read_data_file(path)
+    try:
+        return BankFile(**data).questions
+    except ValidationError as e:
+        raise MemcalcError(bank_error_message(path, data, e)) from None
+
+
+def load_bank(folder: Path | None = None) -> list[Question]:
+    """Every question of every bank file, in file order; ids must be unique across files."""
+    files = bank_files(folder)
+    if not files:
+        raise MemcalcError(f"{folder or bank_dir()}: no quiz bank files (*.toml)")
+    questions: list[Question] = []
+    where: dict[str, Path] = {}
+    for path in files:
+        for i, q in enumerate(load_bank_file(path)):
+            if q.id in where:
+                raise MemcalcError(
+                    f"{path}: questions[{i}].id: duplicate id {q.id!r} (also in {where[q.id]})"
+                )
+            where[q.id] = path
+            questions.append(q)
+    return questions
+
+
+def bank_error_message(path: Path, data: dict[str, Any], err: ValidationError) -> str:
+    """One line for a bank file's validation errors: the file, then for each error the
+    question (index and id) and the field, e.g.
+    ``quiz/x.toml: questions[3] (id 'a-b').en.options: ...``."""
+    parts = []
+    raw = data.get("questions")
+    for e in err.errors():
+        loc = list(e["loc"])
+        field = ".".join(str(x) for x in loc) or "file"
+        if len(loc) >= 2 and loc[0] == "questions" and isinstance(loc[1], int):
+            qid = ""
+            if isinstance(raw, list) and loc[1] < len(raw) and isinstance(raw[loc[1]], dict):
+                qid = f" (id {raw[loc[1]].get('id')!r})" if "id" in raw[loc[1]] else ""
+            rest = "".join(f".{x}" for x in loc[2:])
+            field = f"questions[{loc[1]}]{qid}{rest}"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "enum":
+            msg = f"unknown value {e.get('input')!r}; {msg.lower()}"
+        parts.append(f"{field}: {msg}")
+    return f"{path}: " + "; ".join(parts)

@@ -1,0 +1,221 @@
+"""Breakdown(s) -> table | json | csv | markdown. The only formatting code.
+
+JSON is the stable, documented interface (docs/json.md): bytes are integers, seconds floats,
+FLOPs integers; every key carries its unit.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from enum import Enum
+from typing import Any
+
+from tabulate import tabulate
+
+from memcalc.estimate import Breakdown
+from memcalc.units import Unit, format_flops, format_seconds, to_unit
+
+JSON_SCHEMA_VERSION = 1
+
+
+class Format(str, Enum):
+    """Output format."""
+
+    table = "table"
+    """Plain-text table (tabulate)."""
+    json = "json"
+    """Stable JSON, bytes as integers (docs/json.md)."""
+    csv = "csv"
+    """One row per strategy, bytes as integers."""
+    markdown = "markdown"
+    """GitHub-flavoured markdown table."""
+
+
+def breakdown_record(b: Breakdown) -> dict[str, Any]:
+    """A Breakdown as plain data: the JSON interface."""
+    return {
+        "strategy": b.strategy,
+        "recompute": b.activation_plan.strategy,
+        "offload": [o.label for o in b.options.offload],
+        "parameter_bytes": b.parameter_bytes,
+        "gradient_bytes": b.gradient_bytes,
+        "optimizer_bytes": b.optimizer_bytes,
+        "activation_bytes": b.activation_bytes,
+        "activation_bytes_by_component": dict(b.activation_by_component),
+        "transient_bytes": b.transient_bytes,
+        "overhead_bytes": b.overhead_bytes,
+        "peak_bytes": b.peak_bytes,
+        "peak_phase": b.peak.phase,
+        "peak_where": b.peak.where,
+        "rebuild_bytes": b.activation_plan.rebuild_bytes,
+        "checkpoints": b.activation_plan.checkpoints,
+        "host_bytes": b.host_bytes,
+        "nvme_bytes": b.nvme_bytes,
+        "moved_bytes_per_step": b.moved_bytes_per_step,
+        "transfer_seconds": b.transfer_seconds,
+        "transfer_hidden": b.transfer_hidden,
+        "forward_flops": b.forward_flops,
+        "extra_forward_flops": b.extra_forward_flops,
+        "extra_flops_fraction": b.extra_flops_fraction,
+        "step_seconds": b.step_seconds,
+        "extra_seconds": b.extra_seconds,
+        "gpu_memory_bytes": b.gpu.memory_bytes,
+        "fits": b.fits,
+        "headroom_bytes": b.headroom_bytes,
+        "note": b.activation_plan.note,
+    }
+
+
+def _context(b: Breakdown) -> dict[str, Any]:
+    s = b.setup
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "model": b.model.name,
+        "parameter_count": b.params.total,
+        "parameter_count_by_component": b.params.as_dict(),
+        "gpu": b.gpu.name,
+        "gpu_memory_bytes": b.gpu.memory_bytes,
+        "batch": s.batch,
+        "seq": s.seq,
+        "precision": s.precision.value,
+        "optimizer": s.optimizer.value,
+        "attention": s.attention.value,
+        "loss": s.loss.value,
+        "mfu": b.options.mfu,
+        "assumptions": list(b.assumptions),
+    }
+
+
+def _fmt(n: int, unit: Unit) -> str:
+    return f"{to_unit(n, unit):.2f}"
+
+
+_COLUMNS = ("strategy", "params", "grads", "optimizer", "activations", "transient", "overhead",
+            "peak GPU", "host", "extra compute", "extra transfer", "fits")
+
+
+def _row(b: Breakdown, unit: Unit) -> list[str]:
+    extra = (f"+{b.extra_flops_fraction:.0%} ({format_seconds(b.extra_seconds)})"
+             if b.extra_forward_flops else "-")
+    transfer = "-"
+    if b.moved_bytes_per_step:
+        hidden = "hidden" if b.transfer_hidden else "exposed"
+        transfer = f"{format_seconds(b.transfer_seconds)} ({hidden})"
+    return [
+        b.strategy, _fmt(b.parameter_bytes, unit), _fmt(b.gradient_bytes, unit),
+        _fmt(b.optimizer_bytes, unit), _fmt(b.activation_bytes, unit),
+        _fmt(b.transient_bytes, unit), _fmt(b.overhead_bytes, unit), _fmt(b.peak_bytes, unit),
+        _fmt(b.host_bytes + b.nvme_bytes, unit) if (b.host_bytes or b.nvme_bytes) else "-",
+        extra, transfer, "yes" if b.fits else "NO",
+    ]
+
+
+def _header(b: Breakdown, unit: Unit) -> str:
+    s = b.setup
+    return (
+        f"{b.model.name} ({b.params.total:,} parameters) on {b.gpu.display_name} "
+        f"({_fmt(b.gpu.memory_bytes, unit)} {unit.value}); batch {s.batch} x seq {s.seq}, "
+        f"{s.precision.value}, {s.optimizer.value}, attention {s.attention.value}. "
+        f"Memory in {unit.value}."
+    )
+
+
+def render_strategies(rows: list[Breakdown], fmt: Format, unit: Unit) -> str:
+    """One row per strategy."""
+    if fmt is Format.json:
+        return json.dumps({**_context(rows[0]), "strategies": [breakdown_record(b) for b in rows]},
+                          indent=2)
+    if fmt is Format.csv:
+        return _csv([breakdown_record(b) for b in rows])
+    headers = [f"{c} ({unit.value})" if c in {"params", "grads", "optimizer", "activations",
+               "transient", "overhead", "peak GPU", "host"} else c for c in _COLUMNS]
+    table = tabulate([_row(b, unit) for b in rows], headers=headers,
+                     tablefmt="github" if fmt is Format.markdown else "simple",
+                     disable_numparse=True)
+    lines = [_header(rows[0], unit), "", table, ""]
+    lines.append(
+        "transient: bytes alive only at the peak moment (loss logits and their gradients, a "
+        "recomputed block, optimizer temporaries); peak GPU = the largest moment of the step "
+        "+ overhead, not the sum of the columns."
+    )
+    return "\n".join(lines)
+
+
+def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
+    """One strategy: components, activations by model part, the timeline and assumptions."""
+    if fmt is Format.json:
+        record = {**_context(b), "strategies": [breakdown_record(b)],
+                  "timeline": [_moment_record(m) for m in b.timeline]}
+        return json.dumps(record, indent=2)
+    if fmt is Format.csv:
+        return _csv([breakdown_record(b)])
+    tablefmt = "github" if fmt is Format.markdown else "simple"
+    u = unit.value
+    comp = [
+        ["parameters", _fmt(b.parameter_bytes, unit)],
+        ["gradients", _fmt(b.gradient_bytes, unit)],
+        ["optimizer states", _fmt(b.optimizer_bytes, unit)],
+        ["activations (stored)", _fmt(b.activation_bytes, unit)],
+        *[[f"  {k}", _fmt(v, unit)] for k, v in b.activation_by_component.items() if v],
+        [f"transient at peak ({b.peak.phase}: {b.peak.where})", _fmt(b.transient_bytes, unit)],
+        ["runtime overhead (profile assumption)", _fmt(b.overhead_bytes, unit)],
+        ["peak on GPU", _fmt(b.peak_bytes, unit)],
+        ["GPU memory", _fmt(b.gpu.memory_bytes, unit)],
+    ]
+    if b.host_bytes or b.nvme_bytes:
+        comp.append(["host RAM", _fmt(b.host_bytes, unit)])
+        comp.append(["NVMe", _fmt(b.nvme_bytes, unit)])
+    timeline = [[m.phase, m.where, _fmt(m.activation_bytes, unit), _fmt(m.gradient_bytes, unit),
+                 _fmt(m.transient_bytes, unit), _fmt(m.total_bytes, unit)]
+                for m in _timeline_summary(b)]
+    costs = [
+        ["step compute (at MFU %.2f)" % b.options.mfu,
+         f"{format_flops(b.step_flops)}, {format_seconds(b.step_seconds)}"],
+        ["extra forward (recompute)",
+         f"{format_flops(b.extra_forward_flops)} (+{b.extra_flops_fraction:.1%}, "
+         f"{format_seconds(b.extra_seconds)})"],
+        ["moved per step (offload)",
+         f"{_fmt(b.moved_bytes_per_step, unit)} {u}, {format_seconds(b.transfer_seconds)} on "
+         f"{b.gpu.host_link} ({'can hide behind compute' if b.transfer_hidden else 'exposed'})"],
+    ]
+    verdict = (f"FITS with {_fmt(b.headroom_bytes, unit)} {u} headroom" if b.fits
+               else f"DOES NOT FIT: {_fmt(-b.headroom_bytes, unit)} {u} over")
+    parts = [
+        _header(b, unit), f"strategy: {b.strategy}"
+        + (f" ({b.activation_plan.note})" if b.activation_plan.note else ""), "",
+        tabulate(comp, headers=["component", u], tablefmt=tablefmt, disable_numparse=True), "",
+        tabulate(timeline, headers=["phase", "where", f"activations ({u})", f"grads ({u})",
+                                    f"transient ({u})", f"total ({u})"],
+                 tablefmt=tablefmt, disable_numparse=True), "",
+        tabulate(costs, headers=["cost", "value"], tablefmt=tablefmt, disable_numparse=True), "",
+        verdict, "", "assumptions:", *[f"- {a}" for a in b.assumptions],
+    ]
+    return "\n".join(parts)
+
+
+def _timeline_summary(b: Breakdown):  # type: ignore[no-untyped-def]
+    """The timeline without the middle blocks (first, last, and the peak are kept)."""
+    blocks = [m for m in b.timeline if m.where.startswith("block ")]
+    keep = {id(blocks[0]), id(blocks[-1]), id(b.peak)} if blocks else {id(b.peak)}
+    return [m for m in b.timeline if not m.where.startswith("block ") or id(m) in keep]
+
+
+def _moment_record(m) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    return {
+        "phase": m.phase, "where": m.where, "parameter_bytes": m.parameter_bytes,
+        "gradient_bytes": m.gradient_bytes, "optimizer_bytes": m.optimizer_bytes,
+        "activation_bytes": m.activation_bytes, "transient_bytes": m.transient_bytes,
+        "total_bytes": m.total_bytes,
+    }
+
+
+def _csv(records: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    fields = [k for k in records[0] if not isinstance(records[0][k], (dict, list))]
+    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow(r)
+    return out.getvalue().rstrip("\n")

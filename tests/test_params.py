@@ -1,0 +1,62 @@
+"""Exact parameter counts: every preset equals the published model, as an integer."""
+
+import pytest
+
+from memcalc.params import count_params
+from memcalc.spec.presets import PRESETS
+
+# Published totals (HF model cards / `sum(p.numel() for p in model.parameters())`).
+EXPECTED = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "tinyllama-1.1b": 1_100_048_384,
+    "llama-3.2-1b": 1_235_814_400,
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3-8b": 8_030_261_248,
+    "llama-3-70b": 70_553_706_496,
+    "mistral-7b": 7_241_732_096,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-7b": 7_615_616_512,
+}
+
+
+def test_every_preset_is_pinned():
+    assert set(EXPECTED) == set(PRESETS)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_preset_parameter_count_is_exact(name):
+    assert count_params(PRESETS[name]).total == EXPECTED[name]
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_preset_matches_hf_implementation_on_meta_device(name):
+    """Build the HF model from the same sizes on the meta device and count its parameters
+    and parameter tensors (tied weights once, as ``model.parameters()`` yields them)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    spec = PRESETS[name]
+    if spec.is_gpt2:
+        cfg = transformers.GPT2Config(
+            vocab_size=spec.vocab_size, n_embd=spec.hidden_size, n_layer=spec.num_layers,
+            n_head=spec.num_heads, n_positions=spec.max_position_embeddings,
+        )
+    else:
+        cfg = transformers.Qwen2Config if "qwen" in name else transformers.LlamaConfig
+        cfg = cfg(
+            vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
+            num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
+            num_key_value_heads=spec.kv_heads, intermediate_size=spec.mlp_size,
+            tie_word_embeddings=spec.tied,
+        )
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    params = list(model.parameters())
+    counts = count_params(spec)
+    assert sum(p.numel() for p in params) == counts.total
+    assert len(params) == counts.tensors
