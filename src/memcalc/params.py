@@ -30,6 +30,10 @@ class ParamCounts:
     """Number of parameter tensors (optimizers keep one ``step`` tensor per tensor)."""
     largest_tensor: int
     """Elements of the largest parameter tensor (sets non-foreach optimizer temporaries)."""
+    lm_head_numel: int
+    """V x h: the LM head's weight, whether it is its own tensor or tied to the embedding."""
+    final_norm: int
+    """Elements of the final norm (each block has two norms of this size)."""
 
     @property
     def total(self) -> int:
@@ -87,6 +91,8 @@ def count_params(spec: ModelSpec) -> ParamCounts:
         head=head,
         tensors=tensors,
         largest_tensor=largest,
+        lm_head_numel=v * h,
+        final_norm=norm_size,
     )
 
 

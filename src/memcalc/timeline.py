@@ -61,12 +61,12 @@ def step_timeline(
     g = setup.gradient_dtype.itemsize
     P, O = params_bytes, optimizer_bytes
     outside = graph.prologue_saved_bytes
-    head_grads = (counts.head + counts.norms // (2 * len(graph.blocks) + 1)) * g
-    block_grads = (counts.attention + counts.mlp) * g // len(graph.blocks)
-    norm_grads_per_block = (counts.norms - counts.norms // (2 * len(graph.blocks) + 1)) * g // len(
-        graph.blocks
-    )
-    per_block_grads = block_grads + norm_grads_per_block
+    n = len(graph.blocks)
+    # Backward starts at the LM head: its weight gradient (for a tied head, held in the
+    # embedding's autograd input buffer until the embedding's own gradient arrives) and the
+    # final norm's; then each block adds its projections' and its two norms' gradients.
+    head_grads = (counts.lm_head_numel + counts.final_norm) * g
+    per_block_grads = ((counts.attention + counts.mlp) // n + 2 * counts.final_norm) * g
 
     def grads(value: int) -> int:
         return value if grads_resident else min(value, grads_bytes)
@@ -80,7 +80,6 @@ def step_timeline(
                               2 * T * V * 4))
     h_bytes = graph.blocks[0].input.nbytes
     running_grads = head_grads
-    n = len(graph.blocks)
     for i in range(n - 1, -1, -1):
         blk = graph.blocks[i]
         largest = max((s.nbytes for op in blk.ops for s in op.saves), default=0)
@@ -94,7 +93,7 @@ def step_timeline(
         running_grads += per_block_grads
         moments.append(Moment("backward", f"block {i}", P, grads(running_grads), O, held,
                               rebuild + work))
-    tied_transient = 2 * counts.embedding * g if counts.head == 0 else 0
+    tied_transient = 2 * counts.lm_head_numel * g if counts.head == 0 else 0
     moments.append(Moment("backward", "embedding" + (" (tied weight add)" if tied_transient else ""),
                           P, grads(grads_bytes), O, outside, tied_transient))
     moments.append(Moment("optimizer step", "step()", P, grads(grads_bytes), O, 0,
