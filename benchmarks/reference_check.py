@@ -26,29 +26,53 @@ def main() -> None:
     for case in json.loads(CASES.read_text()):
         i, m = case["inputs"], case["measured"]
         spec = spec_from_hf_config(i["hf_config"])
-        setup = TrainingSetup(batch=i["batch"], seq=i["seq"], precision=i["dtype"],
-                              attention=i["attention"], optimizer=i["optimizer"],
-                              optimizer_foreach=i["optimizer_foreach"])
+        setup = TrainingSetup(
+            batch=i["batch"],
+            seq=i["seq"],
+            precision=i["dtype"],
+            attention=i["attention"],
+            optimizer=i["optimizer"],
+            optimizer_foreach=i["optimizer_foreach"],
+        )
         graph = lower(spec, setup, device="cpu")
         b = estimate(spec, setup, gpu, Options(recompute=Recompute(i["recompute"])), graph=graph)
         act_err = (b.activation_bytes - m["saved_activation_bytes"]) / m["saved_activation_bytes"]
         peak_err = (b.peak.total_bytes - m["peak_live_bytes"]) / m["peak_live_bytes"]
         exact = (b.parameter_bytes, b.gradient_bytes, b.optimizer_detail.state_bytes) == (
-            m["params_bytes"], m["grads_bytes"], m["optimizer_state_bytes"])
+            m["params_bytes"],
+            m["grads_bytes"],
+            m["optimizer_state_bytes"],
+        )
         worst["activations"] = max(worst["activations"], abs(act_err))
         worst["peak"] = max(worst["peak"], abs(peak_err))
         worst["exact"] += exact
-        rows.append((case["id"], b.activation_bytes, m["saved_activation_bytes"], act_err,
-                     b.peak.total_bytes, m["peak_live_bytes"], peak_err, exact))
-    print("| case | activations est. | measured | error | peak est. | measured | error |"
-          " params/grads/opt exact |")
+        rows.append(
+            (
+                case["id"],
+                b.activation_bytes,
+                m["saved_activation_bytes"],
+                act_err,
+                b.peak.total_bytes,
+                m["peak_live_bytes"],
+                peak_err,
+                exact,
+            )
+        )
+    print(
+        "| case | activations est. | measured | error | peak est. | measured | error |"
+        " params/grads/opt exact |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|:---:|")
     for r in rows if show_all else rows[:: max(1, len(rows) // 12)]:
-        print(f"| {r[0]} | {r[1]:,} | {r[2]:,} | {r[3]:+.2%} | {r[4]:,} | {r[5]:,} | {r[6]:+.2%} "
-              f"| {'yes' if r[7] else 'NO'} |")
-    print(f"\n{len(rows)} cases: worst |error| saved activations {worst['activations']:.3%}, "
-          f"peak {worst['peak']:.3%}; parameters, gradients and optimizer states exact in "
-          f"{worst['exact']}/{len(rows)}.")
+        print(
+            f"| {r[0]} | {r[1]:,} | {r[2]:,} | {r[3]:+.2%} | {r[4]:,} | {r[5]:,} | {r[6]:+.2%} "
+            f"| {'yes' if r[7] else 'NO'} |"
+        )
+    print(
+        f"\n{len(rows)} cases: worst |error| saved activations {worst['activations']:.3%}, "
+        f"peak {worst['peak']:.3%}; parameters, gradients and optimizer states exact in "
+        f"{worst['exact']}/{len(rows)}."
+    )
 
 
 if __name__ == "__main__":

@@ -20,21 +20,47 @@ def run(capsys, *args):
 def test_default_estimate_prints_every_strategy(capsys):
     code, out, _ = run(capsys, "estimate")
     assert code == 0
-    for strategy in ("none", "selective", "full", "every-3", "offload optimizer=cpu",
-                     "offload activations=cpu"):
+    for strategy in (
+        "none",
+        "selective",
+        "full",
+        "every-3",
+        "offload optimizer=cpu",
+        "offload activations=cpu",
+    ):
         assert strategy in out
     assert "GiB" in out
 
 
 def test_json_is_stable_and_in_integer_bytes(capsys):
-    code, out, _ = run(capsys, "estimate", "--model", "llama-2-7b", "--gpu", "h100-sxm-80gb",
-                       "--seq", "4096", "--batch", "1", "--format", "json")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "h100-sxm-80gb",
+        "--seq",
+        "4096",
+        "--batch",
+        "1",
+        "--format",
+        "json",
+    )
     assert code == 0
     data = json.loads(out)
     assert data["parameter_count"] == count_params(preset("llama-2-7b")).total
     first = data["strategies"][0]
-    for key in ("parameter_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes",
-                "peak_bytes", "host_bytes", "moved_bytes_per_step", "extra_forward_flops"):
+    for key in (
+        "parameter_bytes",
+        "gradient_bytes",
+        "optimizer_bytes",
+        "activation_bytes",
+        "peak_bytes",
+        "host_bytes",
+        "moved_bytes_per_step",
+        "extra_forward_flops",
+    ):
         assert isinstance(first[key], int), key
     # bf16-mixed AdamW: 2 + 4 + 12 bytes per parameter (Megatron's 18).
     p = data["parameter_count"]
@@ -44,8 +70,18 @@ def test_json_is_stable_and_in_integer_bytes(capsys):
 
 
 def test_single_strategy_prints_details_and_assumptions(capsys):
-    code, out, _ = run(capsys, "estimate", "--model", "gpt2", "--recompute", "full",
-                       "--offload", "optimizer=cpu", "--format", "table")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "--model",
+        "gpt2",
+        "--recompute",
+        "full",
+        "--offload",
+        "optimizer=cpu",
+        "--format",
+        "table",
+    )
     assert code == 0
     assert "assumptions:" in out and "peak on GPU" in out and "host RAM" in out
 
@@ -58,20 +94,38 @@ def test_other_formats(capsys, fmt):
 
 
 def test_budget_and_every(capsys):
-    code, out, _ = run(capsys, "estimate", "--recompute", "budget", "--budget", "1.5GiB",
-                       "--format", "json", "--batch", "4")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        "--recompute",
+        "budget",
+        "--budget",
+        "1.5GiB",
+        "--format",
+        "json",
+        "--batch",
+        "4",
+    )
     assert code == 0
     data = json.loads(out)["strategies"][0]
     assert data["activation_bytes"] <= 1.5 * 2**30
-    code, out, _ = run(capsys, "estimate", "--recompute", "every-k", "--every", "4",
-                       "--format", "json")
+    code, out, _ = run(
+        capsys, "estimate", "--recompute", "every-k", "--every", "4", "--format", "json"
+    )
     assert json.loads(out)["strategies"][0]["checkpoints"] == 3
 
 
 def test_hf_config_json(capsys, tmp_path):
-    cfg = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
-           "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-           "intermediate_size": 11008, "tie_word_embeddings": False}
+    cfg = {
+        "model_type": "llama",
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "intermediate_size": 11008,
+        "tie_word_embeddings": False,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     code, out, _ = run(capsys, "estimate", "--model", str(path), "--format", "json")
@@ -82,8 +136,10 @@ def test_hf_config_json(capsys, tmp_path):
 
 def test_spec_toml(capsys, tmp_path):
     path = tmp_path / "mine.toml"
-    path.write_text('family = "gpt2"\nvocab_size = 50257\nhidden_size = 768\n'
-                    'num_layers = 12\nnum_heads = 12\nmax_position_embeddings = 1024\n')
+    path.write_text(
+        'family = "gpt2"\nvocab_size = 50257\nhidden_size = 768\n'
+        "num_layers = 12\nnum_heads = 12\nmax_position_embeddings = 1024\n"
+    )
     code, out, _ = run(capsys, "estimate", "--model", str(path), "--format", "json")
     assert code == 0 and json.loads(out)["parameter_count"] == 124_439_808
 
@@ -111,19 +167,39 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, message):
     assert "Traceback" not in err + out
 
 
-@pytest.mark.parametrize("content,suffix,message", [
-    ('family = "gpt2"\nvocab_size = 100\nhidden_size = 64\nnum_layers = 2\nnum_heads = 4\n'
-     'colour = "red"\n', ".toml", "colour: unknown key"),
-    ('family = "gpt2"\nvocab_size = 100\nhidden_size = 64\nnum_layers = 2\nnum_heads = 5\n',
-     ".toml", "hidden_size (64) must be divisible by num_heads (5)"),
-    ('family = "gpt2"\nvocab_size = 100\nhidden_size = 64\nnum_layers = 0\nnum_heads = 4\n',
-     ".toml", "num_layers: Input should be greater than 0"),
-    ('family = "bert"\nvocab_size = 100\nhidden_size = 64\nnum_layers = 2\nnum_heads = 4\n',
-     ".toml", "family: unknown value 'bert'"),
-    ("family = [unclosed", ".toml", "malformed TOML"),
-    ('{"model_type": "gpt2", "n_embd": 64,', ".json", "malformed JSON"),
-    ('{"model_type": "bert", "hidden_size": 64}', ".json", "model_type: unsupported value 'bert'"),
-])
+@pytest.mark.parametrize(
+    "content,suffix,message",
+    [
+        (
+            'family = "gpt2"\nvocab_size = 100\nhidden_size = 64\nnum_layers = 2\nnum_heads = 4\n'
+            'colour = "red"\n',
+            ".toml",
+            "colour: unknown key",
+        ),
+        (
+            'family = "gpt2"\nvocab_size = 100\nhidden_size = 64\nnum_layers = 2\nnum_heads = 5\n',
+            ".toml",
+            "hidden_size (64) must be divisible by num_heads (5)",
+        ),
+        (
+            'family = "gpt2"\nvocab_size = 100\nhidden_size = 64\nnum_layers = 0\nnum_heads = 4\n',
+            ".toml",
+            "num_layers: Input should be greater than 0",
+        ),
+        (
+            'family = "bert"\nvocab_size = 100\nhidden_size = 64\nnum_layers = 2\nnum_heads = 4\n',
+            ".toml",
+            "family: unknown value 'bert'",
+        ),
+        ("family = [unclosed", ".toml", "malformed TOML"),
+        ('{"model_type": "gpt2", "n_embd": 64,', ".json", "malformed JSON"),
+        (
+            '{"model_type": "bert", "hidden_size": 64}',
+            ".json",
+            "model_type: unsupported value 'bert'",
+        ),
+    ],
+)
 def test_bad_spec_files(capsys, tmp_path, content, suffix, message):
     path = tmp_path / f"spec{suffix}"
     path.write_text(content)
@@ -144,13 +220,25 @@ def test_profiles_and_models_lists(capsys):
 
 
 def test_estimate_never_imports_torch():
-    code = ("import sys; from memcalc.cli import main; main(['estimate', '--format', 'json']); "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; from memcalc.cli import main; main(['estimate', '--format', 'json']); "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_console_script_runs():
-    out = subprocess.run([sys.executable, "-m", "memcalc", "estimate", "--model", "gpt2-medium"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "memcalc", "estimate", "--model", "gpt2-medium"],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0 and "gpt2-medium" in out.stdout
+
+
+def test_side_room_commands_keep_their_exit_codes(capsys):
+    code, _, err = run(capsys, "quiz", "--topic", "memory")
+    assert code == 2 and err.startswith("error: ")
+    code, out, _ = run(capsys, "quiz", "--reveal", "--count", "2", "--seed", "1")
+    assert code == 0 and out.strip()

@@ -20,9 +20,18 @@ S, B, H, A = 1024, 2, 768, 12
 
 @pytest.fixture
 def spec():
-    return ModelSpec(name="gpt2-shaped", family="gpt2", vocab_size=50257, hidden_size=H,
-                     num_layers=4, num_heads=A, activation="gelu", embedding_dropout=0.1,
-                     attention_dropout=0.1, residual_dropout=0.1)
+    return ModelSpec(
+        name="gpt2-shaped",
+        family="gpt2",
+        vocab_size=50257,
+        hidden_size=H,
+        num_layers=4,
+        num_heads=A,
+        activation="gelu",
+        embedding_dropout=0.1,
+        attention_dropout=0.1,
+        residual_dropout=0.1,
+    )
 
 
 def _layer_norm_stats() -> int:

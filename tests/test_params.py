@@ -43,15 +43,21 @@ def test_preset_matches_hf_implementation_on_meta_device(name):
     spec = PRESETS[name]
     if spec.is_gpt2:
         cfg = transformers.GPT2Config(
-            vocab_size=spec.vocab_size, n_embd=spec.hidden_size, n_layer=spec.num_layers,
-            n_head=spec.num_heads, n_positions=spec.max_position_embeddings,
+            vocab_size=spec.vocab_size,
+            n_embd=spec.hidden_size,
+            n_layer=spec.num_layers,
+            n_head=spec.num_heads,
+            n_positions=spec.max_position_embeddings,
         )
     else:
         cfg = transformers.Qwen2Config if "qwen" in name else transformers.LlamaConfig
         cfg = cfg(
-            vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
-            num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
-            num_key_value_heads=spec.kv_heads, intermediate_size=spec.mlp_size,
+            vocab_size=spec.vocab_size,
+            hidden_size=spec.hidden_size,
+            num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_heads,
+            num_key_value_heads=spec.kv_heads,
+            intermediate_size=spec.mlp_size,
             tie_word_embeddings=spec.tied,
         )
     with torch.device("meta"):

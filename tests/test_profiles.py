@@ -5,9 +5,24 @@ import pytest
 from memcalc.errors import MemcalcError
 from memcalc.profiles import list_profiles, load_profile
 
-REQUIRED = {"v100-sxm2-16gb", "v100-sxm2-32gb", "t4-16gb", "a10g-24gb", "l4-24gb", "l40s-48gb",
-            "rtx-3090-24gb", "rtx-4090-24gb", "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb",
-            "h100-pcie-80gb", "h200-sxm-141gb", "b200-180gb", "mi250x-128gb", "mi300x-192gb"}
+REQUIRED = {
+    "v100-sxm2-16gb",
+    "v100-sxm2-32gb",
+    "t4-16gb",
+    "a10g-24gb",
+    "l4-24gb",
+    "l40s-48gb",
+    "rtx-3090-24gb",
+    "rtx-4090-24gb",
+    "a100-sxm-40gb",
+    "a100-sxm-80gb",
+    "h100-sxm-80gb",
+    "h100-pcie-80gb",
+    "h200-sxm-141gb",
+    "b200-180gb",
+    "mi250x-128gb",
+    "mi300x-192gb",
+}
 
 
 def test_at_least_the_required_profiles():
@@ -25,7 +40,7 @@ def test_profile_is_valid(name):
 
 
 def test_user_profile_file_and_bad_keys(tmp_path):
-    text = (tmp_path / "x.toml")
+    text = tmp_path / "x.toml"
     good = load_profile("h100-sxm-80gb").model_dump()
     good["name"] = "x"
     lines = [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in good.items()]

@@ -19,8 +19,12 @@ def _estimate(case):
     i = case["inputs"]
     spec = spec_from_hf_config(i["hf_config"])
     setup = TrainingSetup(
-        batch=i["batch"], seq=i["seq"], precision=i["dtype"], attention=i["attention"],
-        optimizer=i["optimizer"], optimizer_foreach=i["optimizer_foreach"],
+        batch=i["batch"],
+        seq=i["seq"],
+        precision=i["dtype"],
+        attention=i["attention"],
+        optimizer=i["optimizer"],
+        optimizer_foreach=i["optimizer_foreach"],
     )
     graph = lower(spec, setup, device="cpu")  # measured on CPU: LayerNorm stats in input dtype
     options = Options(recompute=Recompute(i["recompute"]))
@@ -46,29 +50,40 @@ def test_every_case(reference_cases):
         for key, value in exact.items():
             if value != m[key]:
                 failures.append(f"{case['id']}: {key} {value} != {m[key]}")
-        act_err = abs(b.activation_bytes - m["saved_activation_bytes"]) / m["saved_activation_bytes"]
+        act_err = (
+            abs(b.activation_bytes - m["saved_activation_bytes"]) / m["saved_activation_bytes"]
+        )
         if act_err > ACTIVATION_TOLERANCE:
-            failures.append(f"{case['id']}: activations {b.activation_bytes} vs "
-                            f"{m['saved_activation_bytes']} ({act_err:.2%})")
+            failures.append(
+                f"{case['id']}: activations {b.activation_bytes} vs "
+                f"{m['saved_activation_bytes']} ({act_err:.2%})"
+            )
         peak_err = abs(b.peak.total_bytes - m["peak_live_bytes"]) / m["peak_live_bytes"]
         if peak_err > PEAK_TOLERANCE:
-            failures.append(f"{case['id']}: peak {b.peak.total_bytes} vs {m['peak_live_bytes']} "
-                            f"({peak_err:.2%})")
+            failures.append(
+                f"{case['id']}: peak {b.peak.total_bytes} vs {m['peak_live_bytes']} "
+                f"({peak_err:.2%})"
+            )
         if b.peak.phase != m["peak_phase"]:
             failures.append(f"{case['id']}: peak phase {b.peak.phase} != {m['peak_phase']}")
         if "recompute_block_saved_bytes_max" in m:
             rebuilt = max(blk.saved_bytes for blk in graph.blocks)
             if rebuilt != m["recompute_block_saved_bytes_max"]:
-                failures.append(f"{case['id']}: rebuilt block {rebuilt} != "
-                                f"{m['recompute_block_saved_bytes_max']}")
+                failures.append(
+                    f"{case['id']}: rebuilt block {rebuilt} != "
+                    f"{m['recompute_block_saved_bytes_max']}"
+                )
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("case_id", [
-    "gpt2-S-s128-b1-eager-fp32-do0.1-adamw-rc-none",
-    "gpt2-M-s512-b4-eager-bf16-do0.1-adamw-rc-none",
-    "gpt2-M-s1024-b4-eager-fp32-do0.1-adamw-rc-full",
-])
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "gpt2-S-s128-b1-eager-fp32-do0.1-adamw-rc-none",
+        "gpt2-M-s512-b4-eager-bf16-do0.1-adamw-rc-none",
+        "gpt2-M-s1024-b4-eager-fp32-do0.1-adamw-rc-full",
+    ],
+)
 def test_per_layer_and_non_layer_split(reference_cases, case_id):
     case = next(c for c in reference_cases if c["id"] == case_id)
     graph, b = _estimate(case)

@@ -45,6 +45,7 @@ def test_every_k_can_exceed_selective():
 
 def _k(graph):
     from memcalc.strategies.recompute import sqrt_k
+
     return sqrt_k(len(graph.blocks))
 
 
@@ -58,8 +59,12 @@ def test_full_recompute_costs_one_forward_of_the_blocks():
     assert full(graph).extra_forward_flops == sum(b.flops for b in graph.blocks)
     # Chen et al. 2016 / Korthikanti et al. 2022: about +33% of a step when the blocks
     # dominate the FLOPs (3 forwards' worth per step; the LM head is not recomputed).
-    b = estimate(preset("llama-2-7b"), TrainingSetup(batch=1, seq=4096), GPU,
-                 Options(recompute=Recompute.full))
+    b = estimate(
+        preset("llama-2-7b"),
+        TrainingSetup(batch=1, seq=4096),
+        GPU,
+        Options(recompute=Recompute.full),
+    )
     assert 0.30 < b.extra_flops_fraction < 1 / 3
 
 
@@ -69,8 +74,13 @@ def _brute_force(graph, budget_bytes):
     best = None
     options = []
     for blk in graph.blocks:
-        options.append([("none", blk.saved_bytes, 0), ("selective", blk.selective_saved_bytes,
-                        blk.core_flops), ("full", blk.input.nbytes, blk.flops)])
+        options.append(
+            [
+                ("none", blk.saved_bytes, 0),
+                ("selective", blk.selective_saved_bytes, blk.core_flops),
+                ("full", blk.input.nbytes, blk.flops),
+            ]
+        )
     for choice in itertools.product(*options):
         stored = fixed + sum(c[1] for c in choice)
         stored += extra if any(c[0] == "full" for c in choice) else 0
@@ -82,8 +92,15 @@ def _brute_force(graph, budget_bytes):
 
 @pytest.mark.parametrize("fraction", [0.2, 0.45, 0.7, 0.95])
 def test_budget_is_optimal_against_brute_force(fraction):
-    spec = ModelSpec(name="toy", family="gpt2", vocab_size=1000, hidden_size=256, num_layers=6,
-                     num_heads=4, attention_dropout=0.1)
+    spec = ModelSpec(
+        name="toy",
+        family="gpt2",
+        vocab_size=1000,
+        hidden_size=256,
+        num_layers=6,
+        num_heads=4,
+        attention_dropout=0.1,
+    )
     graph = lower(spec, TrainingSetup(batch=2, seq=512, attention="eager"))
     limit = int(graph.saved_bytes * fraction)
     try:

@@ -7,7 +7,7 @@ Bad input of any kind (unknown names, bad values, malformed files) ends with one
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -19,14 +19,14 @@ try:  # typer >= 0.20 vendors its own click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click.exceptions import NoArgsIsHelpError, UsageError
-from memcalc.estimate import DEFAULT_MFU, Breakdown, Options, estimate
+from memcalc.estimate import DEFAULT_MFU, Options, estimate
 from memcalc.params import count_params
 from memcalc.profiles import DEFAULT_GPU, list_profiles, load_profile
 from memcalc.report import Format, render_detail, render_strategies
 from memcalc.spec.loaders import load_model, validation_message
 from memcalc.spec.presets import DEFAULT_MODEL, PRESETS
 from memcalc.spec.training import Attention, DType, Loss, OptimizerKind, Precision, TrainingSetup
-from memcalc.strategies.offload import Offload, OffloadWhat
+from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute, sqrt_k
 from memcalc.units import Unit, parse_size, to_unit
 
@@ -44,13 +44,29 @@ app.add_typer(profiles_app, name="profiles")
 app.add_typer(models_app, name="models")
 
 
-def _setup(batch: int, seq: int, precision: Precision, grad_dtype: Optional[DType],
-           optimizer: OptimizerKind, foreach: bool, attention: Attention, loss: Loss,
-           dropout: Optional[float]) -> TrainingSetup:
+def _setup(
+    batch: int,
+    seq: int,
+    precision: Precision,
+    grad_dtype: DType | None,
+    optimizer: OptimizerKind,
+    foreach: bool,
+    attention: Attention,
+    loss: Loss,
+    dropout: float | None,
+) -> TrainingSetup:
     try:
-        return TrainingSetup(batch=batch, seq=seq, precision=precision, grad_dtype=grad_dtype,
-                             optimizer=optimizer, optimizer_foreach=foreach,
-                             attention=attention, loss=loss, dropout=dropout)
+        return TrainingSetup(
+            batch=batch,
+            seq=seq,
+            precision=precision,
+            grad_dtype=grad_dtype,
+            optimizer=optimizer,
+            optimizer_foreach=foreach,
+            attention=attention,
+            loss=loss,
+            dropout=dropout,
+        )
     except ValidationError as e:
         raise MemcalcError(validation_message("options", e)) from None
 
@@ -69,31 +85,47 @@ def default_strategies(spec_layers: int, has_optimizer_state: bool) -> list[Opti
 
 @app.command("estimate")
 def estimate_command(
-    model: Annotated[str, typer.Option(help="Preset name (memcalc models list) or a spec "
-                                            "TOML/JSON / HF config.json path.")] = DEFAULT_MODEL,
-    gpu: Annotated[str, typer.Option(help="GPU profile name (memcalc profiles list) or a "
-                                          "profile TOML path.")] = DEFAULT_GPU,
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Preset name (memcalc models list) or a spec TOML/JSON / HF config.json path."
+        ),
+    ] = DEFAULT_MODEL,
+    gpu: Annotated[
+        str, typer.Option(help="GPU profile name (memcalc profiles list) or a profile TOML path.")
+    ] = DEFAULT_GPU,
     batch: Annotated[int, typer.Option(help="Micro-batch size (sequences).")] = 1,
     seq: Annotated[int, typer.Option(help="Sequence length (tokens).")] = 1024,
     precision: Annotated[Precision, typer.Option(help="Precision recipe.")] = Precision.bf16_mixed,
-    grad_dtype: Annotated[Optional[DType], typer.Option(
-        help="Gradient dtype under -mixed (fp32 default, or bf16/fp16).")] = None,
+    grad_dtype: Annotated[
+        DType | None, typer.Option(help="Gradient dtype under -mixed (fp32 default, or bf16/fp16).")
+    ] = None,
     optimizer: Annotated[OptimizerKind, typer.Option(help="Optimizer.")] = OptimizerKind.adamw,
     foreach: Annotated[bool, typer.Option(help="Multi-tensor optimizer step.")] = True,
     attention: Annotated[Attention, typer.Option(help="Attention kernel.")] = Attention.sdpa,
     loss: Annotated[Loss, typer.Option(help="Loss implementation.")] = Loss.standard,
-    dropout: Annotated[Optional[float], typer.Option(
-        help="Override every dropout rate (default: from the model).")] = None,
-    recompute: Annotated[Optional[Recompute], typer.Option(
-        help="One recompute strategy (prints a detailed breakdown).")] = None,
-    every: Annotated[Optional[int], typer.Option(
-        help="k for --recompute every-k (default round(sqrt(N))).")] = None,
-    budget: Annotated[Optional[str], typer.Option(
-        help="Activation budget for --recompute budget, e.g. 20GiB or 2e10.")] = None,
-    offload: Annotated[Optional[list[str]], typer.Option(
-        help="WHAT=WHERE, repeatable: optimizer=cpu|nvme, params=cpu, activations=cpu.")] = None,
-    mfu: Annotated[float, typer.Option(
-        help="Model-FLOPs utilisation used to turn FLOPs into time.")] = DEFAULT_MFU,
+    dropout: Annotated[
+        float | None, typer.Option(help="Override every dropout rate (default: from the model).")
+    ] = None,
+    recompute: Annotated[
+        Recompute | None, typer.Option(help="One recompute strategy (prints a detailed breakdown).")
+    ] = None,
+    every: Annotated[
+        int | None, typer.Option(help="k for --recompute every-k (default round(sqrt(N))).")
+    ] = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(help="Activation budget for --recompute budget, e.g. 20GiB or 2e10."),
+    ] = None,
+    offload: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="WHAT=WHERE, repeatable: optimizer=cpu|nvme, params=cpu, activations=cpu."
+        ),
+    ] = None,
+    mfu: Annotated[
+        float, typer.Option(help="Model-FLOPs utilisation used to turn FLOPs into time.")
+    ] = DEFAULT_MFU,
     format: Annotated[Format, typer.Option(help="Output format.")] = Format.table,
     unit: Annotated[Unit, typer.Option(help="Memory unit: GiB (2^30) or GB (10^9).")] = Unit.GiB,
 ) -> None:
@@ -101,8 +133,7 @@ def estimate_command(
     and activations under each recompute / offload strategy, and say whether it fits."""
     spec = load_model(model)
     profile = load_profile(gpu)
-    setup = _setup(batch, seq, precision, grad_dtype, optimizer, foreach, attention, loss,
-                   dropout)
+    setup = _setup(batch, seq, precision, grad_dtype, optimizer, foreach, attention, loss, dropout)
     if not 0 < mfu <= 1:
         raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
     if every is not None and recompute is not Recompute.every_k:
@@ -111,15 +142,22 @@ def estimate_command(
         raise MemcalcError("--budget: only applies with --recompute budget")
     offloads = tuple(Offload.parse(o) for o in offload or [])
     if recompute is None and not offloads:
-        rows = [estimate(spec, setup, profile, o)
-                for o in default_strategies(spec.num_layers,
-                                            setup.optimizer is not OptimizerKind.sgd
-                                            or setup.precision.is_mixed)]
+        rows = [
+            estimate(spec, setup, profile, o)
+            for o in default_strategies(
+                spec.num_layers,
+                setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed,
+            )
+        ]
         typer.echo(render_strategies(rows, format, unit))
         return
-    options = Options(recompute=recompute or Recompute.none, every=every,
-                      budget_bytes=parse_size(budget) if budget else None, offload=offloads,
-                      mfu=mfu)
+    options = Options(
+        recompute=recompute or Recompute.none,
+        every=every,
+        budget_bytes=parse_size(budget) if budget else None,
+        offload=offloads,
+        mfu=mfu,
+    )
     typer.echo(render_detail(estimate(spec, setup, profile, options), format, unit))
 
 
@@ -131,31 +169,81 @@ def profiles_list(
     rows = []
     for name in list_profiles():
         p = load_profile(name)
-        rows.append([name, p.display_name, f"{to_unit(p.memory_bytes, unit):.1f}",
-                     f"{p.bf16_flops_per_s / 1e12:.0f}", f"{p.host_link_bytes_per_s / 1e9:.0f}",
-                     p.host_link])
-    typer.echo(tabulate(rows, headers=["name", "GPU", f"memory ({unit.value})",
-                                       "bf16 dense TFLOP/s", "host GB/s", "host link"],
-                        disable_numparse=True))
+        rows.append(
+            [
+                name,
+                p.display_name,
+                f"{to_unit(p.memory_bytes, unit):.1f}",
+                f"{p.bf16_flops_per_s / 1e12:.0f}",
+                f"{p.host_link_bytes_per_s / 1e9:.0f}",
+                p.host_link,
+            ]
+        )
+    typer.echo(
+        tabulate(
+            rows,
+            headers=[
+                "name",
+                "GPU",
+                f"memory ({unit.value})",
+                "bf16 dense TFLOP/s",
+                "host GB/s",
+                "host link",
+            ],
+            disable_numparse=True,
+        )
+    )
 
 
 @profiles_app.command("show")
 def profiles_show(name: Annotated[str, typer.Argument(help="Profile name or file.")]) -> None:
     """Show every field of one GPU profile."""
     p = load_profile(name)
-    typer.echo(tabulate([[k, v] for k, v in p.model_dump().items()], headers=["field", "value"],
-                        disable_numparse=True))
+    typer.echo(
+        tabulate(
+            [[k, v] for k, v in p.model_dump().items()],
+            headers=["field", "value"],
+            disable_numparse=True,
+        )
+    )
 
 
 @models_app.command("list")
 def models_list() -> None:
     """List the built-in model presets with their exact parameter counts."""
-    rows = [[n, s.family.value, f"{count_params(s).total:,}", s.num_layers, s.hidden_size,
-             s.num_heads, s.kv_heads, s.mlp_size, s.vocab_size, "yes" if s.tied else "no"]
-            for n, s in PRESETS.items()]
-    typer.echo(tabulate(rows, headers=["name", "family", "parameters", "layers", "hidden",
-                                       "heads", "kv heads", "mlp", "vocab", "tied"],
-                        disable_numparse=True))
+    rows = [
+        [
+            n,
+            s.family.value,
+            f"{count_params(s).total:,}",
+            s.num_layers,
+            s.hidden_size,
+            s.num_heads,
+            s.kv_heads,
+            s.mlp_size,
+            s.vocab_size,
+            "yes" if s.tied else "no",
+        ]
+        for n, s in PRESETS.items()
+    ]
+    typer.echo(
+        tabulate(
+            rows,
+            headers=[
+                "name",
+                "family",
+                "parameters",
+                "layers",
+                "hidden",
+                "heads",
+                "kv heads",
+                "mlp",
+                "vocab",
+                "tied",
+            ],
+            disable_numparse=True,
+        )
+    )
 
 
 def _register_optional_commands() -> None:
@@ -181,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; any usage error or MemcalcError is one line and exit 2."""
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv, prog_name="memcalc", standalone_mode=False)
+        # In non-standalone mode click returns a typer.Exit's code instead of raising it.
+        code = command.main(args=argv, prog_name="memcalc", standalone_mode=False)
     except MemcalcError as e:
         typer.echo(f"error: {e}", err=True)
         return 2
@@ -197,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         return 130
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 def run() -> None:  # pragma: no cover - console script

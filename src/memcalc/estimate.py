@@ -37,8 +37,11 @@ class Options:
 
     @property
     def label(self) -> str:
-        recompute = (f"every-{self.every}" if self.recompute is Recompute.every_k and self.every
-                     else self.recompute.value)
+        recompute = (
+            f"every-{self.every}"
+            if self.recompute is Recompute.every_k and self.every
+            else self.recompute.value
+        )
         if not self.offload:
             return recompute
         offload = "offload " + ", ".join(o.label for o in self.offload)
@@ -94,8 +97,12 @@ class Breakdown:
     @property
     def steady_bytes(self) -> int:
         """Parameters + gradients + optimizer + stored activations (a sum, not the peak)."""
-        return (self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes
-                + self.activation_bytes)
+        return (
+            self.parameter_bytes
+            + self.gradient_bytes
+            + self.optimizer_bytes
+            + self.activation_bytes
+        )
 
     @property
     def step_flops(self) -> int:
@@ -126,8 +133,12 @@ class Breakdown:
 
 
 def estimate(
-    spec: ModelSpec, setup: TrainingSetup, gpu: GpuProfile, options: Options = Options(),
-    *, graph: OpGraph | None = None,
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    gpu: GpuProfile,
+    options: Options = Options(),
+    *,
+    graph: OpGraph | None = None,
 ) -> Breakdown:
     """The Breakdown of one training step.
 
@@ -145,8 +156,9 @@ def estimate(
     graph = graph or lower(spec, setup)
     counts = count_params(spec)
     opt = optimizer_bytes(spec, setup, counts)
-    plan = plan_for(graph, options.recompute, every=options.every,
-                    budget_bytes=options.budget_bytes)
+    plan = plan_for(
+        graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
+    )
     offloaded = {o.what: o for o in options.offload}
     params_b = counts.total * setup.weight_dtype.itemsize
     grads_b = counts.total * setup.gradient_dtype.itemsize
@@ -177,8 +189,12 @@ def estimate(
         if where == "cpu":
             traffic = Traffic(host_bytes=opt_b + grads_b, host_link_bytes=moved)
         else:
-            traffic = Traffic(host_bytes=grads_b, nvme_bytes=opt_b, host_link_bytes=moved,
-                              nvme_link_bytes=2 * opt_b)
+            traffic = Traffic(
+                host_bytes=grads_b,
+                nvme_bytes=opt_b,
+                host_link_bytes=moved,
+                nvme_link_bytes=2 * opt_b,
+            )
         gpu_opt, step_temp = 0, 0
         assumptions.append(f"optimizer step on the CPU ({where}); CPU Adam time not included")
     if OffloadWhat.params in offloaded:
@@ -187,12 +203,15 @@ def estimate(
         gpu_params = resident * setup.weight_dtype.itemsize
         gpu_grads = resident * setup.gradient_dtype.itemsize
         traffic = Traffic(
-            host_bytes=traffic.host_bytes + params_b, nvme_bytes=traffic.nvme_bytes,
+            host_bytes=traffic.host_bytes + params_b,
+            nvme_bytes=traffic.nvme_bytes,
             host_link_bytes=traffic.host_link_bytes + 2 * params_b,
             nvme_link_bytes=traffic.nvme_link_bytes,
         )
-        assumptions.append("params=cpu: two blocks' weights resident (current + prefetch), "
-                           "weights streamed up in forward and again in backward")
+        assumptions.append(
+            "params=cpu: two blocks' weights resident (current + prefetch), "
+            "weights streamed up in forward and again in backward"
+        )
     if OffloadWhat.activations in offloaded:
         gpu_acts = plan.stored_bytes - _offloadable(graph, plan)
         moved = 2 * (plan.stored_bytes - gpu_acts)
@@ -202,13 +221,21 @@ def estimate(
             host_link_bytes=traffic.host_link_bytes + moved,
             nvme_link_bytes=traffic.nvme_link_bytes,
         )
-        assumptions.append("activations=cpu: saved tensors of the blocks go to pinned host "
-                           "memory (save_on_cpu); one block's come back at a time")
+        assumptions.append(
+            "activations=cpu: saved tensors of the blocks go to pinned host "
+            "memory (save_on_cpu); one block's come back at a time"
+        )
 
     moments = step_timeline(
-        graph, plan, setup, counts,
-        params_bytes=gpu_params, grads_bytes=gpu_grads, optimizer_bytes=gpu_opt,
-        stored_activation_bytes=gpu_acts, step_temporary_bytes=step_temp,
+        graph,
+        plan,
+        setup,
+        counts,
+        params_bytes=gpu_params,
+        grads_bytes=gpu_grads,
+        optimizer_bytes=gpu_opt,
+        stored_activation_bytes=gpu_acts,
+        step_temporary_bytes=step_temp,
         grads_resident=OffloadWhat.params not in offloaded,
         activations_offloaded=OffloadWhat.activations in offloaded,
     )
@@ -219,15 +246,29 @@ def estimate(
     if gpu_acts != plan.stored_bytes:
         comp = {k: 0 for k in comp} | {"output": gpu_acts}
     return Breakdown(
-        model=spec, setup=setup, gpu=gpu, options=options, strategy=options.label,
-        params=counts, parameter_bytes=gpu_params, gradient_bytes=gpu_grads,
-        optimizer_bytes=gpu_opt, activation_bytes=gpu_acts, activation_by_component=comp,
-        overhead_bytes=gpu.runtime_overhead_bytes, peak=peak, timeline=tuple(moments),
-        host_bytes=traffic.host_bytes, nvme_bytes=traffic.nvme_bytes,
+        model=spec,
+        setup=setup,
+        gpu=gpu,
+        options=options,
+        strategy=options.label,
+        params=counts,
+        parameter_bytes=gpu_params,
+        gradient_bytes=gpu_grads,
+        optimizer_bytes=gpu_opt,
+        activation_bytes=gpu_acts,
+        activation_by_component=comp,
+        overhead_bytes=gpu.runtime_overhead_bytes,
+        peak=peak,
+        timeline=tuple(moments),
+        host_bytes=traffic.host_bytes,
+        nvme_bytes=traffic.nvme_bytes,
         moved_bytes_per_step=traffic.host_link_bytes + traffic.nvme_link_bytes,
         transfer_seconds=traffic.seconds(gpu.host_link_bytes_per_s, options.nvme_bytes_per_s),
-        forward_flops=graph.forward_flops, extra_forward_flops=plan.extra_forward_flops,
-        step_seconds=step_seconds, activation_plan=plan, optimizer_detail=opt,
+        forward_flops=graph.forward_flops,
+        extra_forward_flops=plan.extra_forward_flops,
+        step_seconds=step_seconds,
+        activation_plan=plan,
+        optimizer_detail=opt,
         assumptions=tuple(assumptions),
     )
 

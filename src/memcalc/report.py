@@ -92,23 +92,45 @@ def _fmt(n: int, unit: Unit) -> str:
     return f"{to_unit(n, unit):.2f}"
 
 
-_COLUMNS = ("strategy", "params", "grads", "optimizer", "activations", "transient", "overhead",
-            "peak GPU", "host", "extra compute", "extra transfer", "fits")
+_COLUMNS = (
+    "strategy",
+    "params",
+    "grads",
+    "optimizer",
+    "activations",
+    "transient",
+    "overhead",
+    "peak GPU",
+    "host",
+    "extra compute",
+    "extra transfer",
+    "fits",
+)
 
 
 def _row(b: Breakdown, unit: Unit) -> list[str]:
-    extra = (f"+{b.extra_flops_fraction:.0%} ({format_seconds(b.extra_seconds)})"
-             if b.extra_forward_flops else "-")
+    extra = (
+        f"+{b.extra_flops_fraction:.0%} ({format_seconds(b.extra_seconds)})"
+        if b.extra_forward_flops
+        else "-"
+    )
     transfer = "-"
     if b.moved_bytes_per_step:
         hidden = "hidden" if b.transfer_hidden else "exposed"
         transfer = f"{format_seconds(b.transfer_seconds)} ({hidden})"
     return [
-        b.strategy, _fmt(b.parameter_bytes, unit), _fmt(b.gradient_bytes, unit),
-        _fmt(b.optimizer_bytes, unit), _fmt(b.activation_bytes, unit),
-        _fmt(b.transient_bytes, unit), _fmt(b.overhead_bytes, unit), _fmt(b.peak_bytes, unit),
+        b.strategy,
+        _fmt(b.parameter_bytes, unit),
+        _fmt(b.gradient_bytes, unit),
+        _fmt(b.optimizer_bytes, unit),
+        _fmt(b.activation_bytes, unit),
+        _fmt(b.transient_bytes, unit),
+        _fmt(b.overhead_bytes, unit),
+        _fmt(b.peak_bytes, unit),
         _fmt(b.host_bytes + b.nvme_bytes, unit) if (b.host_bytes or b.nvme_bytes) else "-",
-        extra, transfer, "yes" if b.fits else "NO",
+        extra,
+        transfer,
+        "yes" if b.fits else "NO",
     ]
 
 
@@ -125,15 +147,33 @@ def _header(b: Breakdown, unit: Unit) -> str:
 def render_strategies(rows: list[Breakdown], fmt: Format, unit: Unit) -> str:
     """One row per strategy."""
     if fmt is Format.json:
-        return json.dumps({**_context(rows[0]), "strategies": [breakdown_record(b) for b in rows]},
-                          indent=2)
+        return json.dumps(
+            {**_context(rows[0]), "strategies": [breakdown_record(b) for b in rows]}, indent=2
+        )
     if fmt is Format.csv:
         return _csv([breakdown_record(b) for b in rows])
-    headers = [f"{c} ({unit.value})" if c in {"params", "grads", "optimizer", "activations",
-               "transient", "overhead", "peak GPU", "host"} else c for c in _COLUMNS]
-    table = tabulate([_row(b, unit) for b in rows], headers=headers,
-                     tablefmt="github" if fmt is Format.markdown else "simple",
-                     disable_numparse=True)
+    headers = [
+        f"{c} ({unit.value})"
+        if c
+        in {
+            "params",
+            "grads",
+            "optimizer",
+            "activations",
+            "transient",
+            "overhead",
+            "peak GPU",
+            "host",
+        }
+        else c
+        for c in _COLUMNS
+    ]
+    table = tabulate(
+        [_row(b, unit) for b in rows],
+        headers=headers,
+        tablefmt="github" if fmt is Format.markdown else "simple",
+        disable_numparse=True,
+    )
     lines = [_header(rows[0], unit), "", table, ""]
     lines.append(
         "transient: bytes alive only at the peak moment (loss logits and their gradients, a "
@@ -146,8 +186,11 @@ def render_strategies(rows: list[Breakdown], fmt: Format, unit: Unit) -> str:
 def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
     """One strategy: components, activations by model part, the timeline and assumptions."""
     if fmt is Format.json:
-        record = {**_context(b), "strategies": [breakdown_record(b)],
-                  "timeline": [_moment_record(m) for m in b.timeline]}
+        record = {
+            **_context(b),
+            "strategies": [breakdown_record(b)],
+            "timeline": [_moment_record(m) for m in b.timeline],
+        }
         return json.dumps(record, indent=2)
     if fmt is Format.csv:
         return _csv([breakdown_record(b)])
@@ -167,30 +210,65 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
     if b.host_bytes or b.nvme_bytes:
         comp.append(["host RAM", _fmt(b.host_bytes, unit)])
         comp.append(["NVMe", _fmt(b.nvme_bytes, unit)])
-    timeline = [[m.phase, m.where, _fmt(m.activation_bytes, unit), _fmt(m.gradient_bytes, unit),
-                 _fmt(m.transient_bytes, unit), _fmt(m.total_bytes, unit)]
-                for m in _timeline_summary(b)]
-    costs = [
-        ["step compute (at MFU %.2f)" % b.options.mfu,
-         f"{format_flops(b.step_flops)}, {format_seconds(b.step_seconds)}"],
-        ["extra forward (recompute)",
-         f"{format_flops(b.extra_forward_flops)} (+{b.extra_flops_fraction:.1%}, "
-         f"{format_seconds(b.extra_seconds)})"],
-        ["moved per step (offload)",
-         f"{_fmt(b.moved_bytes_per_step, unit)} {u}, {format_seconds(b.transfer_seconds)} on "
-         f"{b.gpu.host_link} ({'can hide behind compute' if b.transfer_hidden else 'exposed'})"],
+    timeline = [
+        [
+            m.phase,
+            m.where,
+            _fmt(m.activation_bytes, unit),
+            _fmt(m.gradient_bytes, unit),
+            _fmt(m.transient_bytes, unit),
+            _fmt(m.total_bytes, unit),
+        ]
+        for m in _timeline_summary(b)
     ]
-    verdict = (f"FITS with {_fmt(b.headroom_bytes, unit)} {u} headroom" if b.fits
-               else f"DOES NOT FIT: {_fmt(-b.headroom_bytes, unit)} {u} over")
+    costs = [
+        [
+            f"step compute (at MFU {b.options.mfu:.2f})",
+            f"{format_flops(b.step_flops)}, {format_seconds(b.step_seconds)}",
+        ],
+        [
+            "extra forward (recompute)",
+            f"{format_flops(b.extra_forward_flops)} (+{b.extra_flops_fraction:.1%}, "
+            f"{format_seconds(b.extra_seconds)})",
+        ],
+        [
+            "moved per step (offload)",
+            f"{_fmt(b.moved_bytes_per_step, unit)} {u}, {format_seconds(b.transfer_seconds)} on "
+            f"{b.gpu.host_link} ({'can hide behind compute' if b.transfer_hidden else 'exposed'})",
+        ],
+    ]
+    verdict = (
+        f"FITS with {_fmt(b.headroom_bytes, unit)} {u} headroom"
+        if b.fits
+        else f"DOES NOT FIT: {_fmt(-b.headroom_bytes, unit)} {u} over"
+    )
     parts = [
-        _header(b, unit), f"strategy: {b.strategy}"
-        + (f" ({b.activation_plan.note})" if b.activation_plan.note else ""), "",
-        tabulate(comp, headers=["component", u], tablefmt=tablefmt, disable_numparse=True), "",
-        tabulate(timeline, headers=["phase", "where", f"activations ({u})", f"grads ({u})",
-                                    f"transient ({u})", f"total ({u})"],
-                 tablefmt=tablefmt, disable_numparse=True), "",
-        tabulate(costs, headers=["cost", "value"], tablefmt=tablefmt, disable_numparse=True), "",
-        verdict, "", "assumptions:", *[f"- {a}" for a in b.assumptions],
+        _header(b, unit),
+        f"strategy: {b.strategy}"
+        + (f" ({b.activation_plan.note})" if b.activation_plan.note else ""),
+        "",
+        tabulate(comp, headers=["component", u], tablefmt=tablefmt, disable_numparse=True),
+        "",
+        tabulate(
+            timeline,
+            headers=[
+                "phase",
+                "where",
+                f"activations ({u})",
+                f"grads ({u})",
+                f"transient ({u})",
+                f"total ({u})",
+            ],
+            tablefmt=tablefmt,
+            disable_numparse=True,
+        ),
+        "",
+        tabulate(costs, headers=["cost", "value"], tablefmt=tablefmt, disable_numparse=True),
+        "",
+        verdict,
+        "",
+        "assumptions:",
+        *[f"- {a}" for a in b.assumptions],
     ]
     return "\n".join(parts)
 
@@ -204,9 +282,13 @@ def _timeline_summary(b: Breakdown):  # type: ignore[no-untyped-def]
 
 def _moment_record(m) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     return {
-        "phase": m.phase, "where": m.where, "parameter_bytes": m.parameter_bytes,
-        "gradient_bytes": m.gradient_bytes, "optimizer_bytes": m.optimizer_bytes,
-        "activation_bytes": m.activation_bytes, "transient_bytes": m.transient_bytes,
+        "phase": m.phase,
+        "where": m.where,
+        "parameter_bytes": m.parameter_bytes,
+        "gradient_bytes": m.gradient_bytes,
+        "optimizer_bytes": m.optimizer_bytes,
+        "activation_bytes": m.activation_bytes,
+        "transient_bytes": m.transient_bytes,
         "total_bytes": m.total_bytes,
     }
 

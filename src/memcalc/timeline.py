@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memcalc.graph.ops import OpGraph
+from memcalc.graph.ops import Block, OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
 from memcalc.strategies.recompute import ActivationPlan
@@ -34,14 +34,28 @@ class Moment:
 
     @property
     def total_bytes(self) -> int:
-        return (self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes
-                + self.activation_bytes + self.transient_bytes)
+        return (
+            self.parameter_bytes
+            + self.gradient_bytes
+            + self.optimizer_bytes
+            + self.activation_bytes
+            + self.transient_bytes
+        )
 
 
 def step_timeline(
-    graph: OpGraph, plan: ActivationPlan, setup: TrainingSetup, counts: ParamCounts, *,
-    params_bytes: int, grads_bytes: int, optimizer_bytes: int, stored_activation_bytes: int,
-    step_temporary_bytes: int, grads_resident: bool = True, activations_offloaded: bool = False,
+    graph: OpGraph,
+    plan: ActivationPlan,
+    setup: TrainingSetup,
+    counts: ParamCounts,
+    *,
+    params_bytes: int,
+    grads_bytes: int,
+    optimizer_bytes: int,
+    stored_activation_bytes: int,
+    step_temporary_bytes: int,
+    grads_resident: bool = True,
+    activations_offloaded: bool = False,
 ) -> list[Moment]:
     """Moments of one step (after ``zero_grad(set_to_none=True)``: no gradients at the start).
 
@@ -51,15 +65,16 @@ def step_timeline(
     output is freed (measured: the peak op of every reference case at small width).
     Tied embeddings: autograd sums the LM-head and embedding gradients of the shared weight
     in an input buffer (three V x h tensors alive at the ``add``).
-    Block backward working memory: gradients of the block's output and input (2*T*h) plus
-    twice its largest saved tensor (the gradient of that tensor and of its producer's input) --
-    a memcalc approximation, checked against the measured peaks in tests.
+    Block backward: the block's own saved tensors are all alive when its backward starts
+    (kept from forward, or rebuilt by recompute) and are freed as their ops' backward runs;
+    each op's backward holds its output gradient and its input gradients (``Op.grad_bytes``),
+    and the residual stream's gradient (T*h) is alive throughout.
     """
     T = setup.tokens
     V = graph.logits.numel // T if graph.logits else 0
     p = setup.activation_dtype
     g = setup.gradient_dtype.itemsize
-    P, O = params_bytes, optimizer_bytes
+    P, OPT = params_bytes, optimizer_bytes
     outside = graph.prologue_saved_bytes
     n = len(graph.blocks)
     # Backward starts at the LM head: its weight gradient (for a tied head, held in the
@@ -75,27 +90,65 @@ def step_timeline(
     acts = stored_activation_bytes
     if setup.loss is Loss.standard and graph.logits is not None:
         logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0)
-        moments.append(Moment("forward", "loss: log_softmax", P, 0, O, acts, logits))
-        moments.append(Moment("backward", "loss: _log_softmax_backward_data", P, 0, O, acts,
-                              2 * T * V * 4))
-    h_bytes = graph.blocks[0].input.nbytes
+        moments.append(Moment("forward", "loss: log_softmax", P, 0, OPT, acts, logits))
+        moments.append(
+            Moment("backward", "loss: _log_softmax_backward_data", P, 0, OPT, acts, 2 * T * V * 4)
+        )
+    residual_grad = graph.blocks[0].input.nbytes
     running_grads = head_grads
     for i in range(n - 1, -1, -1):
         blk = graph.blocks[i]
-        largest = max((s.nbytes for op in blk.ops for s in op.saves), default=0)
-        work = 2 * h_bytes + 2 * largest
-        rebuild = plan.block_rebuild[i] if plan.block_rebuild else 0
-        if activations_offloaded:
-            held = outside + graph.epilogue_saved_bytes if i == n - 1 else outside
-            held += plan.block_stored[i]
-        else:
-            held = outside + sum(plan.block_stored[: i + 1])
         running_grads += per_block_grads
-        moments.append(Moment("backward", f"block {i}", P, grads(running_grads), O, held,
-                              rebuild + work))
+        if activations_offloaded:
+            below = outside + (graph.epilogue_saved_bytes if i == n - 1 else 0)
+        else:
+            below = outside + sum(plan.block_stored[:i])
+            below += plan.block_rebuilt_below[i] if plan.block_rebuilt_below else 0
+        held, where, transient = _worst_op_in_backward(blk)
+        moments.append(
+            Moment(
+                "backward",
+                f"block {i}: {where}",
+                P,
+                grads(running_grads),
+                OPT,
+                below + held,
+                transient + residual_grad,
+            )
+        )
     tied_transient = 2 * counts.lm_head_numel * g if counts.head == 0 else 0
-    moments.append(Moment("backward", "embedding" + (" (tied weight add)" if tied_transient else ""),
-                          P, grads(grads_bytes), O, outside, tied_transient))
-    moments.append(Moment("optimizer step", "step()", P, grads(grads_bytes), O, 0,
-                          step_temporary_bytes))
+    moments.append(
+        Moment(
+            "backward",
+            "embedding" + (" (tied weight add)" if tied_transient else ""),
+            P,
+            grads(grads_bytes),
+            OPT,
+            outside,
+            tied_transient,
+        )
+    )
+    moments.append(
+        Moment("optimizer step", "step()", P, grads(grads_bytes), OPT, 0, step_temporary_bytes)
+    )
     return moments
+
+
+def _worst_op_in_backward(blk: Block) -> tuple[int, str, int]:
+    """Walking the block's ops backwards: (saved bytes still held, op, gradient bytes) at the
+    op whose backward has the most bytes alive. A storage is held until the backward of the
+    first op that saved it has run."""
+    held_after: list[int] = []
+    seen: set[str] = set()
+    total = 0
+    for op in blk.ops:
+        for saved in op.saves:
+            if saved.name not in seen:
+                seen.add(saved.name)
+                total += saved.nbytes
+        held_after.append(total)
+    best = (0, "", 0)
+    for op, held in zip(reversed(blk.ops), reversed(held_after), strict=True):
+        if held + op.grad_bytes > best[0] + best[2]:
+            best = (held, op.name, op.grad_bytes)
+    return best

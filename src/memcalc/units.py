@@ -66,8 +66,18 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
-_SIZE_SUFFIXES = {"gib": GIB, "gb": GB, "mib": 2**20, "mb": 10**6, "kib": 2**10, "kb": 10**3,
-                  "tib": 2**40, "tb": 10**12, "b": 1, "": 1}
+_SIZE_SUFFIXES = {
+    "gib": GIB,
+    "gb": GB,
+    "mib": 2**20,
+    "mb": 10**6,
+    "kib": 2**10,
+    "kb": 10**3,
+    "tib": 2**40,
+    "tb": 10**12,
+    "b": 1,
+    "": 1,
+}
 
 
 def parse_size(text: str, field: str = "--budget") -> int:
@@ -80,7 +90,7 @@ def parse_size(text: str, field: str = "--budget") -> int:
 
     cleaned = text.strip().lower().replace(" ", "")
     number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
-    suffix = cleaned[len(number):]
+    suffix = cleaned[len(number) :]
     try:
         value = float(number) * _SIZE_SUFFIXES[suffix]
     except (ValueError, KeyError):

@@ -12,13 +12,13 @@ V vocabulary, p the activation dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memcalc.graph.ops import Block, Component, Op, OpGraph, Saved
 from memcalc.spec.model import Activation, ModelSpec
 from memcalc.spec.training import Attention, DType, Loss, Precision, TrainingSetup
 
-A, M, N, O = Component.attention, Component.mlp, Component.norm, Component.output
+ATTN, MLP, NORM, OUT = Component.attention, Component.mlp, Component.norm, Component.output
 
 
 @dataclass
@@ -29,10 +29,17 @@ class _Scope:
     ops: list[Op] = field(default_factory=list)
 
     def add(
-        self, name: str, component: Component, saves: list[Saved], flops: int, source: str,
+        self,
+        name: str,
+        component: Component,
+        saves: list[Saved],
+        flops: int,
+        source: str,
         core: bool = False,
+        grads: int = 0,
     ) -> None:
-        self.ops.append(Op(name, component, tuple(saves), flops, source, core))
+        """Append an op; ``grads`` = bytes of its output gradient + its input gradients."""
+        self.ops.append(Op(name, component, tuple(saves), flops, source, core, grads))
 
 
 def matmul_flops(m: int, k: int, n: int) -> int:
@@ -46,9 +53,12 @@ def layer_norm(sc: _Scope, prefix: str, x: Saved, rows: int, stat_dtype: DType) 
     Returns the output (which the next op may save).
     """
     sc.add(
-        f"{prefix}.layer_norm", N,
+        f"{prefix}.layer_norm",
+        NORM,
         [x, Saved(f"{prefix}.mean", rows, stat_dtype), Saved(f"{prefix}.rstd", rows, stat_dtype)],
-        8 * x.numel, "aten.native_layer_norm: saves input, mean, rstd",
+        8 * x.numel,
+        "aten.native_layer_norm: saves input, mean, rstd",
+        grads=2 * x.nbytes,
     )
     return Saved(f"{prefix}.out", x.numel, x.dtype)
 
@@ -68,16 +78,40 @@ def rms_norm(sc: _Scope, prefix: str, x: Saved, tokens: int, width: int) -> Save
     x32 = x if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", x.numel, DType.fp32)
     rstd = Saved(f"{prefix}.rstd", tokens, DType.fp32)
     normed = Saved(f"{prefix}.normed", x.numel, x.dtype)
-    sc.add(f"{prefix}.pow", N, [x32], 2 * x.numel, "aten.pow.Tensor_Scalar: saves self")
-    sc.add(f"{prefix}.rsqrt", N, [rstd], 2 * tokens, "aten.rsqrt: saves result")
-    sc.add(f"{prefix}.mul_rstd", N, [x32, rstd], x.numel, "aten.mul.Tensor: saves self, other")
-    sc.add(f"{prefix}.mul_weight", N, [normed], x.numel,
-           "aten.mul.Tensor(weight, y): saves y (weight is a parameter)")
+    g32 = 2 * x.numel * 4  # fp32 gradient in and out
+    sc.add(
+        f"{prefix}.pow", NORM, [x32], 2 * x.numel, "aten.pow.Tensor_Scalar: saves self", grads=g32
+    )
+    sc.add(f"{prefix}.rsqrt", NORM, [rstd], 2 * tokens, "aten.rsqrt: saves result")
+    sc.add(
+        f"{prefix}.mul_rstd",
+        NORM,
+        [x32, rstd],
+        x.numel,
+        "aten.mul.Tensor: saves self, other",
+        grads=g32,
+    )
+    sc.add(
+        f"{prefix}.mul_weight",
+        NORM,
+        [normed],
+        x.numel,
+        "aten.mul.Tensor(weight, y): saves y (weight is a parameter)",
+        grads=2 * x.nbytes + x.numel * 4,
+    )
     return _t(f"{prefix}.out", tokens, width, x.dtype)
 
 
-def linear(sc: _Scope, name: str, comp: Component, x: Saved, tokens: int, n_in: int,
-           n_out: int, out_dtype: DType) -> Saved:
+def linear(
+    sc: _Scope,
+    name: str,
+    comp: Component,
+    x: Saved,
+    tokens: int,
+    n_in: int,
+    n_out: int,
+    out_dtype: DType,
+) -> Saved:
     """``aten.addmm`` / ``aten.mm`` (nn.Linear, HF Conv1D): saves the input (mat1) for the
     weight gradient; the weight (mat2) is a parameter and not an activation.
 
@@ -85,21 +119,42 @@ def linear(sc: _Scope, name: str, comp: Component, x: Saved, tokens: int, n_in: 
     (1 byte per element) instead; the name keeps the casts of one input shared.
     """
     saved = Saved(f"{x.name}.fp8", x.numel, DType.fp8) if sc.fp8_linears else x
-    sc.add(name, comp, [saved], matmul_flops(tokens, n_in, n_out),
-           "aten.addmm/mm: saves mat1 (input) and mat2 (weight, a parameter)")
+    sc.add(
+        name,
+        comp,
+        [saved],
+        matmul_flops(tokens, n_in, n_out),
+        "aten.addmm/mm: saves mat1 (input) and mat2 (weight, a parameter)",
+        grads=tokens * (n_in + n_out) * out_dtype.itemsize,
+    )
     return _t(f"{name}.out", tokens, n_out, out_dtype)
 
 
-def dropout(sc: _Scope, name: str, comp: Component, x: Saved, p: float, *, core: bool = False,
-            keep_output_name: str | None = None) -> Saved:
+def dropout(
+    sc: _Scope,
+    name: str,
+    comp: Component,
+    x: Saved,
+    p: float,
+    *,
+    core: bool = False,
+    keep_output_name: str | None = None,
+) -> Saved:
     """``aten.native_dropout`` (CUDA): saves a 1-byte bool mask; the output is a new tensor.
 
     With p == 0, ``F.dropout`` returns its input: no mask, no copy.
     """
     if p <= 0:
         return x
-    sc.add(name, comp, [Saved(f"{name}.mask", x.numel, DType.bool)], 2 * x.numel,
-           "aten.native_dropout: saves the bool mask", core)
+    sc.add(
+        name,
+        comp,
+        [Saved(f"{name}.mask", x.numel, DType.bool)],
+        2 * x.numel,
+        "aten.native_dropout: saves the bool mask",
+        core,
+        grads=2 * x.nbytes,
+    )
     return Saved(keep_output_name or f"{name}.out", x.numel, x.dtype)
 
 
@@ -112,20 +167,44 @@ def gelu_mlp_activation(sc: _Scope, prefix: str, x: Saved, act: Activation) -> S
     tensors of the MLP width. ``gelu``/``gelu_pytorch_tanh`` (``aten.gelu``) save their input
     only; ``relu`` (``aten.threshold_backward``) saves its result.
     """
-    n = x.numel
+    n, g = x.numel, x.nbytes
     if act is Activation.gelu_new:
-        sc.add(f"{prefix}.pow", M, [x], 2 * n, "aten.pow.Tensor_Scalar: saves self")
-        sc.add(f"{prefix}.tanh", M, [Saved(f"{prefix}.tanh", n, x.dtype)], 4 * n,
-               "aten.tanh: saves result")
-        sc.add(f"{prefix}.mul", M,
-               [Saved(f"{prefix}.half_x", n, x.dtype), Saved(f"{prefix}.one_plus_tanh", n, x.dtype)],
-               4 * n, "aten.mul.Tensor: saves self and other")
+        sc.add(f"{prefix}.pow", MLP, [x], 2 * n, "aten.pow.Tensor_Scalar: saves self", grads=2 * g)
+        sc.add(
+            f"{prefix}.tanh",
+            MLP,
+            [Saved(f"{prefix}.tanh", n, x.dtype)],
+            4 * n,
+            "aten.tanh: saves result",
+            grads=2 * g,
+        )
+        sc.add(
+            f"{prefix}.mul",
+            MLP,
+            [Saved(f"{prefix}.half_x", n, x.dtype), Saved(f"{prefix}.one_plus_tanh", n, x.dtype)],
+            4 * n,
+            "aten.mul.Tensor: saves self and other",
+            grads=3 * g,
+        )
     elif act is Activation.relu:
-        sc.add(f"{prefix}.relu", M, [Saved(f"{prefix}.relu", n, x.dtype)], n,
-               "aten.relu: saves result")
+        sc.add(
+            f"{prefix}.relu",
+            MLP,
+            [Saved(f"{prefix}.relu", n, x.dtype)],
+            n,
+            "aten.relu: saves result",
+            grads=2 * g,
+        )
         return Saved(f"{prefix}.relu", n, x.dtype)
     else:
-        sc.add(f"{prefix}.{act.value}", M, [x], 8 * n, f"aten.{act.value.split('_')[0]}: saves self")
+        sc.add(
+            f"{prefix}.{act.value}",
+            MLP,
+            [x],
+            8 * n,
+            f"aten.{act.value.split('_')[0]}: saves self",
+            grads=2 * g,
+        )
     return Saved(f"{prefix}.out", n, x.dtype)
 
 
@@ -146,8 +225,17 @@ class _Dims:
         return self.b * self.s
 
 
-def _attention_core(sc: _Scope, dims: _Dims, q: Saved, k: Saved, v: Saved, dropout_p: float,
-                    attention: Attention, softmax_in_fp32: bool, prefix: str) -> Saved:
+def _attention_core(
+    sc: _Scope,
+    dims: _Dims,
+    q: Saved,
+    k: Saved,
+    v: Saved,
+    dropout_p: float,
+    attention: Attention,
+    softmax_in_fp32: bool,
+    prefix: str,
+) -> Saved:
     """Attention from q, k, v to the merged (T x h) output that the out-projection saves.
 
     Eager (HF ``eager_attention_forward``): ``matmul(q, k^T)`` saves q and k; ``softmax``
@@ -162,64 +250,115 @@ def _attention_core(sc: _Scope, dims: _Dims, q: Saved, k: Saved, v: Saved, dropo
     b, s, a, T = dims.b, dims.s, dims.a, dims.T
     scores = b * a * s * s
     qk_flops = matmul_flops(b * a * s, dims.d, s)
+    p = dims.p.itemsize
     if attention is Attention.eager:
-        sc.add(f"{prefix}.qk_matmul", A, [q, k], qk_flops,
-               "aten.bmm (matmul q @ k^T): saves q and k", core=True)
+        sc.add(
+            f"{prefix}.qk_matmul",
+            ATTN,
+            [q, k],
+            qk_flops,
+            "aten.bmm (matmul q @ k^T): saves q and k",
+            core=True,
+            grads=scores * p + 2 * T * dims.h * p,
+        )
         soft_dtype = DType.fp32 if softmax_in_fp32 else dims.p
         probs = Saved(f"{prefix}.softmax", scores, soft_dtype)
-        sc.add(f"{prefix}.softmax", A, [probs], 5 * scores, "aten._softmax: saves result", True)
+        # backward: the p gradient of the .to(p) copy, its fp32 cast, softmax's input gradient
+        soft_grads = 2 * scores * soft_dtype.itemsize + (
+            scores * p if soft_dtype is not dims.p else 0
+        )
+        sc.add(
+            f"{prefix}.softmax",
+            ATTN,
+            [probs],
+            5 * scores,
+            "aten._softmax: saves result",
+            True,
+            grads=soft_grads,
+        )
         if soft_dtype is not dims.p:
             probs = Saved(f"{prefix}.probs", scores, dims.p)  # .to(p) copy, no save of its own
-        probs = dropout(sc, f"{prefix}.attn_dropout", A, probs, dropout_p, core=True)
-        sc.add(f"{prefix}.av_matmul", A, [probs, v], qk_flops,
-               "aten.bmm (matmul probs @ v): saves probs and v", core=True)
+        probs = dropout(sc, f"{prefix}.attn_dropout", ATTN, probs, dropout_p, core=True)
+        sc.add(
+            f"{prefix}.av_matmul",
+            ATTN,
+            [probs, v],
+            qk_flops,
+            "aten.bmm (matmul probs @ v): saves probs and v",
+            core=True,
+            grads=scores * p + 2 * T * dims.h * p,
+        )
         return _t(f"{prefix}.merged", T, dims.h, dims.p)
     lse = Saved(f"{prefix}.logsumexp", b * a * s, DType.fp32)
     out = _t(f"{prefix}.merged", T, dims.h, dims.p)
-    sc.add(f"{prefix}.sdpa", A, [q, k, v, out, lse], 2 * qk_flops + 5 * scores,
-           "aten._scaled_dot_product_flash_attention: saves q, k, v, out, logsumexp")
+    sc.add(
+        f"{prefix}.sdpa",
+        ATTN,
+        [q, k, v, out, lse],
+        2 * qk_flops + 5 * scores,
+        "aten._scaled_dot_product_flash_attention: saves q, k, v, out, logsumexp",
+        grads=T * (dims.h + 2 * dims.kv) * p + out.nbytes,
+    )
     return out
 
 
-def _gpt2_block(i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims,
-                stat_dtype: DType) -> Block:
+def _gpt2_block(
+    i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims, stat_dtype: DType
+) -> Block:
     """HF GPT2Block: ln_1, c_attn (fused qkv), attention, c_proj, dropout, residual,
     ln_2, c_fc, activation, c_proj, dropout, residual."""
     sc = _Scope(fp8_linears=setup.precision is Precision.fp8_mixed)
     T, h, m, p = dims.T, dims.h, dims.m, dims.p
     x = _t(f"b{i}.in", T, h, p)
     ln1 = layer_norm(sc, "ln_1", x, T, stat_dtype)
-    qkv = linear(sc, "attn.c_attn", A, ln1, T, h, 3 * h, p)  # q, k, v are views of this
-    merged = _attention_core(sc, dims, qkv, qkv, qkv, spec.attention_dropout, setup.attention,
-                             softmax_in_fp32=False, prefix="attn")
-    proj = linear(sc, "attn.c_proj", A, merged, T, h, h, p)
-    dropout(sc, "attn.resid_dropout", A, proj, spec.residual_dropout)
+    qkv = linear(sc, "attn.c_attn", ATTN, ln1, T, h, 3 * h, p)  # q, k, v are views of this
+    merged = _attention_core(
+        sc,
+        dims,
+        qkv,
+        qkv,
+        qkv,
+        spec.attention_dropout,
+        setup.attention,
+        softmax_in_fp32=False,
+        prefix="attn",
+    )
+    proj = linear(sc, "attn.c_proj", ATTN, merged, T, h, h, p)
+    dropout(sc, "attn.resid_dropout", ATTN, proj, spec.residual_dropout)
     resid = _t("resid_mid", T, h, p)
-    sc.add("attn.residual_add", A, [], T * h, "aten.add: saves nothing")
+    sc.add("attn.residual_add", ATTN, [], T * h, "aten.add: saves nothing")
     ln2 = layer_norm(sc, "ln_2", resid, T, stat_dtype)
-    fc = linear(sc, "mlp.c_fc", M, ln2, T, h, m, p)
+    fc = linear(sc, "mlp.c_fc", MLP, ln2, T, h, m, p)
     act = gelu_mlp_activation(sc, "mlp.act", fc, spec.act)
-    out = linear(sc, "mlp.c_proj", M, act, T, m, h, p)
-    dropout(sc, "mlp.dropout", M, out, spec.residual_dropout)
-    sc.add("mlp.residual_add", M, [], T * h, "aten.add: saves nothing")
+    out = linear(sc, "mlp.c_proj", MLP, act, T, m, h, p)
+    dropout(sc, "mlp.dropout", MLP, out, spec.residual_dropout)
+    sc.add("mlp.residual_add", MLP, [], T * h, "aten.add: saves nothing")
     return Block(tuple(sc.ops), x, frozenset({qkv.name}))
 
 
-def _llama_block(i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims,
-                 rope: tuple[Saved, Saved]) -> Block:
+def _llama_block(
+    i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims, rope: tuple[Saved, Saved]
+) -> Block:
     """HF LlamaDecoderLayer: RMSNorm, q/k/v proj, RoPE, attention, o_proj, residual,
     RMSNorm, gate/up proj, SiLU, gate*up, down proj, residual."""
     sc = _Scope(fp8_linears=setup.precision is Precision.fp8_mixed)
     T, h, kv, m, p = dims.T, dims.h, dims.kv, dims.m, dims.p
     x = _t(f"b{i}.in", T, h, p)
     n1 = rms_norm(sc, "input_layernorm", x, T, h)
-    linear(sc, "attn.q_proj", A, n1, T, h, h, p)
-    linear(sc, "attn.k_proj", A, n1, T, h, kv, p)
-    linear(sc, "attn.v_proj", A, n1, T, h, kv, p)
+    linear(sc, "attn.q_proj", ATTN, n1, T, h, h, p)
+    linear(sc, "attn.k_proj", ATTN, n1, T, h, kv, p)
+    linear(sc, "attn.v_proj", ATTN, n1, T, h, kv, p)
     v = Saved("attn.v_proj.out", T * kv, p)
     # apply_rotary_pos_emb: q*cos + rotate_half(q)*sin -- mul saves cos and sin (no grad),
     # shared by every layer; q_embed and k_embed are new tensors.
-    sc.add("attn.rope", A, list(rope), 6 * T * (h + kv), "aten.mul(q, cos): saves cos (and sin)")
+    sc.add(
+        "attn.rope",
+        ATTN,
+        list(rope),
+        6 * T * (h + kv),
+        "aten.mul(q, cos): saves cos (and sin)",
+        grads=2 * T * (h + kv) * p.itemsize,
+    )
     q = Saved("attn.q_embed", T * h, p)
     k = Saved("attn.k_embed", T * kv, p)
     if setup.attention is Attention.eager and kv != h and not (spec.kv_heads == 1 and dims.b == 1):
@@ -227,20 +366,36 @@ def _llama_block(i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims,
         # (with one kv head and b == 1 the reshape is a view of the expanded tensor).
         k = Saved("attn.k_repeated", T * h, p)
         v = Saved("attn.v_repeated", T * h, p)
-    merged = _attention_core(sc, dims, q, k, v, spec.attention_dropout, setup.attention,
-                             softmax_in_fp32=True, prefix="attn")
-    linear(sc, "attn.o_proj", A, merged, T, h, h, p)
-    sc.add("attn.residual_add", A, [], T * h, "aten.add: saves nothing")
+    merged = _attention_core(
+        sc,
+        dims,
+        q,
+        k,
+        v,
+        spec.attention_dropout,
+        setup.attention,
+        softmax_in_fp32=True,
+        prefix="attn",
+    )
+    linear(sc, "attn.o_proj", ATTN, merged, T, h, h, p)
+    sc.add("attn.residual_add", ATTN, [], T * h, "aten.add: saves nothing")
     resid = _t("resid_mid", T, h, p)
     n2 = rms_norm(sc, "post_attention_layernorm", resid, T, h)
-    gate = linear(sc, "mlp.gate_proj", M, n2, T, h, m, p)
-    up = linear(sc, "mlp.up_proj", M, n2, T, h, m, p)
-    sc.add("mlp.act", M, [gate], 5 * T * m, "aten.silu: saves self")
+    gate = linear(sc, "mlp.gate_proj", MLP, n2, T, h, m, p)
+    up = linear(sc, "mlp.up_proj", MLP, n2, T, h, m, p)
+    sc.add("mlp.act", MLP, [gate], 5 * T * m, "aten.silu: saves self", grads=2 * gate.nbytes)
     act = Saved("mlp.act.out", T * m, p)
-    sc.add("mlp.gate_mul_up", M, [act, up], T * m, "aten.mul.Tensor: saves self and other")
+    sc.add(
+        "mlp.gate_mul_up",
+        MLP,
+        [act, up],
+        T * m,
+        "aten.mul.Tensor: saves self and other",
+        grads=3 * gate.nbytes,
+    )
     prod = Saved("mlp.product", T * m, p)
-    linear(sc, "mlp.down_proj", M, prod, T, m, h, p)
-    sc.add("mlp.residual_add", M, [], T * h, "aten.add: saves nothing")
+    linear(sc, "mlp.down_proj", MLP, prod, T, m, h, p)
+    sc.add("mlp.residual_add", MLP, [], T * h, "aten.add: saves nothing")
     return Block(tuple(sc.ops), x, frozenset({q.name, k.name, v.name}))
 
 
@@ -252,16 +407,28 @@ def _loss(sc: _Scope, setup: TrainingSetup, dims: _Dims) -> tuple[Saved, tuple[S
     T, V = dims.T, dims.V
     logits = Saved("logits", T * V, dims.p)
     if setup.loss is Loss.fused:
-        sc.add("loss.fused_cross_entropy", O, [Saved("labels", T, DType.int64)], 6 * T * V,
-               "fused linear cross-entropy (e.g. Liger): saves no b*s*V tensor")
+        sc.add(
+            "loss.fused_cross_entropy",
+            OUT,
+            [Saved("labels", T, DType.int64)],
+            6 * T * V,
+            "fused linear cross-entropy (e.g. Liger): saves no b*s*V tensor",
+        )
         return logits, ()
     logp = Saved("log_softmax", T * V, DType.fp32)
     labels = Saved("labels", (dims.s + 1) if dims.b == 1 else T, DType.int64)
-    sc.add("loss.log_softmax", O, [logp], 5 * T * V, "aten._log_softmax: saves result")
-    sc.add("loss.nll_loss", O, [labels, Saved("total_weight", 1, DType.fp32)], T,
-           "aten.nll_loss_forward: saves target and total_weight")
-    transient = [Saved("grad_log_softmax", T * V, DType.fp32),
-                 Saved("grad_logits_fp32", T * V, DType.fp32)]
+    sc.add("loss.log_softmax", OUT, [logp], 5 * T * V, "aten._log_softmax: saves result")
+    sc.add(
+        "loss.nll_loss",
+        OUT,
+        [labels, Saved("total_weight", 1, DType.fp32)],
+        T,
+        "aten.nll_loss_forward: saves target and total_weight",
+    )
+    transient = [
+        Saved("grad_log_softmax", T * V, DType.fp32),
+        Saved("grad_logits_fp32", T * V, DType.fp32),
+    ]
     if dims.p is not DType.fp32:
         transient.append(Saved("logits_fp32", T * V, DType.fp32))
     return logits, tuple(transient)
@@ -279,36 +446,68 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
     p = setup.activation_dtype
-    dims = _Dims(b=setup.batch, s=setup.seq, h=spec.hidden_size, a=spec.num_heads,
-                 d=spec.head_dim, kv=spec.kv_size, m=spec.mlp_size, V=spec.vocab_size, p=p)
+    dims = _Dims(
+        b=setup.batch,
+        s=setup.seq,
+        h=spec.hidden_size,
+        a=spec.num_heads,
+        d=spec.head_dim,
+        kv=spec.kv_size,
+        m=spec.mlp_size,
+        V=spec.vocab_size,
+        p=p,
+    )
     T = dims.T
     stat_dtype = DType.fp32 if (device == "cuda" or p is DType.fp32) else p
 
     pro = _Scope()
-    pro.add("embed_tokens", Component.embedding, [Saved("input_ids", T, DType.int64)], 0,
-            "aten.embedding: saves indices")
+    pro.add(
+        "embed_tokens",
+        Component.embedding,
+        [Saved("input_ids", T, DType.int64)],
+        0,
+        "aten.embedding: saves indices",
+    )
     extra: tuple[Saved, ...] = ()
     if spec.is_gpt2:
-        pro.add("embed_positions", Component.embedding,
-                [Saved("position_ids", setup.seq, DType.int64)], T * dims.h,
-                "aten.embedding: saves indices (position_ids of shape 1 x s)")
+        pro.add(
+            "embed_positions",
+            Component.embedding,
+            [Saved("position_ids", setup.seq, DType.int64)],
+            T * dims.h,
+            "aten.embedding: saves indices (position_ids of shape 1 x s)",
+        )
         x = _t("embed.out", T, dims.h, p)
         dropout(pro, "embed_dropout", Component.embedding, x, spec.embedding_dropout)
-        blocks = tuple(_gpt2_block(i, spec, setup, dims, stat_dtype)
-                       for i in range(spec.num_layers))
-        if setup.attention is Attention.eager:
-            extra = (Saved("eager_causal_mask", setup.batch * setup.seq * setup.seq, p),)
+        blocks = tuple(
+            _gpt2_block(i, spec, setup, dims, stat_dtype) for i in range(spec.num_layers)
+        )
     else:
         rope = (Saved("rope.cos", setup.seq * dims.d, p), Saved("rope.sin", setup.seq * dims.d, p))
         blocks = tuple(_llama_block(i, spec, setup, dims, rope) for i in range(spec.num_layers))
         # cos/sin are shared by all blocks: count them once, in the prologue, not per block.
-        pro.add("rotary_embedding", Component.attention, list(rope), 0,
-                "LlamaRotaryEmbedding: cos, sin saved by the q/k muls of every layer")
+        pro.add(
+            "rotary_embedding",
+            Component.attention,
+            list(rope),
+            0,
+            "LlamaRotaryEmbedding: cos, sin saved by the q/k muls of every layer",
+        )
         blocks = tuple(
-            Block(tuple(_without(op, {"rope.cos", "rope.sin"}) for op in blk.ops), blk.input,
-                  blk.core_inputs)
+            Block(
+                tuple(_without(op, {"rope.cos", "rope.sin"}) for op in blk.ops),
+                blk.input,
+                blk.core_inputs,
+            )
             for blk in blocks
         )
+
+    if setup.attention is Attention.eager:
+        # HF materialises a (b, 1, s, s) additive causal mask for eager attention and passes it
+        # to every decoder layer; a checkpoint keeps it alive once (GPT-2 passes it
+        # positionally, so checkpoint's _NoopSaveInputs saves it; Llama by keyword, so the
+        # checkpoint's closure holds it).
+        extra = (Saved("eager_causal_mask", setup.batch * setup.seq * setup.seq, p),)
 
     epi = _Scope()
     last = _t(f"b{spec.num_layers}.in", T, dims.h, p)
@@ -316,11 +515,10 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         final = layer_norm(epi, "ln_f", last, T, stat_dtype)
     else:
         final = rms_norm(epi, "norm", last, T, dims.h)
-    linear(epi, "lm_head", O, final, T, dims.h, dims.V, p)
+    linear(epi, "lm_head", OUT, final, T, dims.h, dims.V, p)
     logits, transient = _loss(epi, setup, dims)
     return OpGraph(tuple(pro.ops), blocks, tuple(epi.ops), extra, logits, transient)
 
 
 def _without(op: Op, names: set[str]) -> Op:
-    return Op(op.name, op.component, tuple(s for s in op.saves if s.name not in names),
-              op.flops, op.source, op.attention_core)
+    return replace(op, saves=tuple(s for s in op.saves if s.name not in names))

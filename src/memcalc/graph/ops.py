@@ -50,6 +50,9 @@ class Op:
     attention_core: bool = False
     """Part of the attention core (QK^T, softmax, dropout, AV) that selective recompute
     (Korthikanti et al. 2022, sec. 5) drops and replays."""
+    grad_bytes: int = 0
+    """Activation gradients alive while this op's backward runs: the gradient of its output
+    and the gradients it writes for its inputs (weight gradients are counted as gradients)."""
 
 
 def unique_saved(ops: tuple[Op, ...] | list[Op]) -> dict[str, Saved]:

@@ -52,13 +52,23 @@ class Config:
     @classmethod
     def from_spec(cls, spec: ModelSpec, attention: str) -> Config:
         return cls(
-            family=spec.family.value, vocab_size=spec.vocab_size, n_embd=spec.hidden_size,
-            n_layer=spec.num_layers, n_head=spec.num_heads, n_kv_head=spec.kv_heads,
-            mlp_size=spec.mlp_size, max_positions=spec.max_position_embeddings,
-            activation=spec.act, tied=spec.tied, qkv_bias=spec.has_qkv_bias,
-            out_bias=spec.has_out_bias, mlp_bias=spec.has_mlp_bias,
-            embd_pdrop=spec.embedding_dropout, attn_pdrop=spec.attention_dropout,
-            resid_pdrop=spec.residual_dropout, attention=attention,
+            family=spec.family.value,
+            vocab_size=spec.vocab_size,
+            n_embd=spec.hidden_size,
+            n_layer=spec.num_layers,
+            n_head=spec.num_heads,
+            n_kv_head=spec.kv_heads,
+            mlp_size=spec.mlp_size,
+            max_positions=spec.max_position_embeddings,
+            activation=spec.act,
+            tied=spec.tied,
+            qkv_bias=spec.has_qkv_bias,
+            out_bias=spec.has_out_bias,
+            mlp_bias=spec.has_mlp_bias,
+            embd_pdrop=spec.embedding_dropout,
+            attn_pdrop=spec.attention_dropout,
+            resid_pdrop=spec.residual_dropout,
+            attention=attention,
             norm_eps=1e-5 if spec.is_gpt2 else 1e-6,
         )
 
@@ -90,7 +100,8 @@ class RMSNorm(nn.Module):
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
     """HF NewGELUActivation (GPT-2's default), Python ops: saves x, tanh, 0.5*x, 1+tanh."""
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))
+    return 0.5 * x * (1.0 + torch.tanh(inner))
 
 
 ACTIVATIONS: dict[Activation, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -135,8 +146,12 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(h, h, bias=cfg.out_bias)
         self.scale = cfg.head_dim**-0.5
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
-                rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> torch.Tensor:
         B, T, C = x.size()  # batch size, sequence length, embedding dimensionality (n_embd)
         cfg, hs = self.cfg, self.cfg.head_dim
         if cfg.family == "gpt2":
@@ -152,6 +167,17 @@ class CausalSelfAttention(nn.Module):
             cos, sin = (t.unsqueeze(1) for t in rope)  # (1, 1, T, hs)
             q = (q * cos) + (rotate_half(q) * sin)  # the muls save cos and sin (no grad)
             k = (k * cos) + (rotate_half(k) * sin)
+        y = self.core(q, k, v, mask=mask)  # (B, T, nh, hs)
+        y = y.reshape(B, T, C).contiguous()  # (B, T, C)
+        return self.c_proj(y)
+
+    def core(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The attention core, q/k/v (B, nh|nkv, T, hs) -> (B, T, nh, hs): what selective
+        recompute replays (a strategy may replace this method on the instance)."""
+        cfg = self.cfg
+        B, _, T, hs = q.size()
         n_rep = cfg.n_head // cfg.n_kv_head
         p_drop = cfg.attn_pdrop if self.training else 0.0
         if cfg.attention == "eager":
@@ -162,19 +188,20 @@ class CausalSelfAttention(nn.Module):
             if cfg.family == "gpt2":
                 att = F.softmax(att, dim=-1).type(v.dtype)  # saves probs in p
             else:
-                att = F.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)  # fp32 probs + p copy
-            att = F.dropout(att, p=p_drop, training=self.training)
+                att = F.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)  # fp32 + p copy
+            att = F.dropout(att, p=p_drop, training=self.training)  # bool mask, new probs
             y = torch.matmul(att, v).transpose(1, 2)  # (B, T, nh, hs)
-            if cfg.family == "llama":
-                y = y.contiguous()
-        else:
-            y = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=p_drop, scale=self.scale, is_causal=True,
-                enable_gqa=n_rep > 1,
-            )  # (B, nh, T, hs); saves q, k, v, out and the fp32 logsumexp
-            y = y.reshape(B, -1, T, hs).transpose(1, 2).contiguous()  # (B, T, nh, hs)
-        y = y.reshape(B, T, C).contiguous()  # (B, T, C)
-        return self.c_proj(y)
+            return y.contiguous() if cfg.family == "llama" else y
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            dropout_p=p_drop,
+            scale=self.scale,
+            is_causal=True,
+            enable_gqa=n_rep > 1,
+        )  # (B, nh, T, hs); saves q, k, v, out and the fp32 logsumexp
+        return y.reshape(B, -1, T, hs).transpose(1, 2).contiguous()  # a view: (B, T, nh, hs)
 
 
 class MLP(nn.Module):
@@ -215,8 +242,12 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.p_resid = cfg.resid_pdrop
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         x = F.dropout(self.attn(self.ln_1(x), mask, rope), self.p_resid, self.training) + x
         return F.dropout(self.mlp(self.ln_2(x)), self.p_resid, self.training) + x
 
@@ -226,7 +257,7 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Embeddings -> blocks (in segments) -> final norm -> LM head -> HF's causal-LM loss."""
+    """Embeddings -> blocks -> final norm -> LM head -> HF's causal-LM loss."""
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
@@ -237,21 +268,25 @@ class Transformer(nn.Module):
             self.ln_f: nn.Module = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps)
         else:
             self.ln_f = RMSNorm(cfg.n_embd, cfg.norm_eps)
-            inv_freq = 1.0 / (cfg.rope_theta ** (
-                torch.arange(0, cfg.head_dim, 2, dtype=torch.float) / cfg.head_dim))
+            inv_freq = 1.0 / (
+                cfg.rope_theta
+                ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float) / cfg.head_dim)
+            )
             self.register_buffer("inv_freq", inv_freq, persistent=False)  # (hs/2,)
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.lm_head = None if cfg.tied else nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
 
-    def _rope(self, T: int, dtype: torch.dtype, device: torch.device
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rope(
+        self, T: int, dtype: torch.dtype, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         position_ids = torch.arange(T, device=device).unsqueeze(0)  # (1, T)
         freqs = position_ids[..., None].float() * self.inv_freq.float()  # (1, T, hs/2)
         emb = torch.cat((freqs, freqs), dim=-1)  # (1, T, hs)
         return (emb.cos() * 1.0).to(dtype), (emb.sin() * 1.0).to(dtype)  # new (1, T, hs) each
 
-    def _causal_mask(self, B: int, T: int, dtype: torch.dtype, device: torch.device
-                     ) -> torch.Tensor:
+    def _causal_mask(
+        self, B: int, T: int, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
         """HF's eager mask: (B, 1, T, T) in the activation dtype, 0 or dtype-min."""
         mask = torch.full((T, T), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
         return mask[None, None].expand(B, 1, T, T).contiguous()
@@ -289,5 +324,6 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int) 
     logits = logits.float()
     labels = F.pad(labels, (0, 1), value=IGNORE_INDEX)
     shift_labels = labels[..., 1:].contiguous()
-    return F.cross_entropy(logits.view(-1, vocab_size), shift_labels.view(-1),
-                           ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(
+        logits.view(-1, vocab_size), shift_labels.view(-1), ignore_index=IGNORE_INDEX
+    )

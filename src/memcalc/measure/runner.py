@@ -63,6 +63,9 @@ class Measurement:
     """CUDA only: max_memory_reserved during the measured step."""
     alloc_retries: int | None = None
     """CUDA only: num_alloc_retries (cudaMalloc failed, cache flushed, retried)."""
+    held_bytes: int | None = None
+    """CPU only: live bytes after the forward minus before (loss excluded): the saved tensors
+    plus anything else the forward leaves alive (a checkpoint's inputs and cache)."""
     saved_by_dtype: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -85,18 +88,18 @@ class _Trainer:
 
     def step(self) -> None:
         if self.offloaded and not self.mixed:
-            for p, q in zip(self.params, self.opt_params):
+            for p, q in zip(self.params, self.opt_params, strict=True):
                 q.grad = p.grad.to(q.device) if p.grad is not None else None
         self.optimizer.step()
         if self.mixed or self.offloaded:
             with torch.no_grad():
-                for p, q in zip(self.params, self.opt_params):
+                for p, q in zip(self.params, self.opt_params, strict=True):
                     p.copy_(q)
 
     @property
     def grads(self) -> list[torch.Tensor]:
         """The gradients the optimizer reads on the device: fp32 main grads under -mixed."""
-        source = self.opt_params if self.mixed and not self.offloaded else self.params
+        source = self.opt_params if self.mixed else self.params
         return [p.grad for p in source if p.grad is not None]
 
     def state_tensors(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -109,16 +112,18 @@ class _Trainer:
         return states, steps
 
 
-def _optimizer(kind: OptimizerKind, params: list[torch.Tensor], foreach: bool
-               ) -> torch.optim.Optimizer:
+def _optimizer(
+    kind: OptimizerKind, params: list[torch.Tensor], foreach: bool
+) -> torch.optim.Optimizer:
     if kind in (OptimizerKind.adamw, OptimizerKind.adam):
         cls = torch.optim.AdamW if kind is OptimizerKind.adamw else torch.optim.Adam
         return cls(params, lr=1e-4, foreach=foreach)
     if kind in (OptimizerKind.sgd, OptimizerKind.sgd_momentum):
         momentum = 0.9 if kind is OptimizerKind.sgd_momentum else 0.0
         return torch.optim.SGD(params, lr=1e-4, momentum=momentum, foreach=foreach)
-    raise MemcalcError(f"--optimizer: measure runs adamw, adam, sgd, sgd-momentum; "
-                       f"not {kind.value}")
+    raise MemcalcError(
+        f"--optimizer: measure runs adamw, adam, sgd, sgd-momentum; not {kind.value}"
+    )
 
 
 def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) -> _Trainer:
@@ -129,23 +134,30 @@ def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) ->
         # fp32 master copies live with the optimizer; the 16-bit grad of each parameter is
         # turned into an fp32 main grad as soon as it is accumulated, and freed.
         where = host if offload_optimizer else params[0].device
-        opt_params = [p.detach().to(where, torch.float32).clone().requires_grad_(True)
-                      for p in params]
+        opt_params = [
+            p.detach().to(where, torch.float32).clone().requires_grad_(True) for p in params
+        ]
 
         def to_main_grad(p: torch.Tensor, q: torch.Tensor) -> None:
             g = p.grad.to(q.device, torch.float32)  # type: ignore[union-attr]
             q.grad = g if q.grad is None else q.grad + g
             p.grad = None
 
-        for p, q in zip(params, opt_params):
+        for p, q in zip(params, opt_params, strict=True):
             p.register_post_accumulate_grad_hook(lambda p, q=q: to_main_grad(p, q))
     elif offload_optimizer:
         opt_params = [p.detach().to(host).clone().requires_grad_(True) for p in params]
     else:
         opt_params = list(params)
     foreach = setup.optimizer_foreach
-    return _Trainer(model, params, opt_params, _optimizer(setup.optimizer, opt_params, foreach),
-                    mixed, offload_optimizer)
+    return _Trainer(
+        model,
+        params,
+        opt_params,
+        _optimizer(setup.optimizer, opt_params, foreach),
+        mixed,
+        offload_optimizer,
+    )
 
 
 def _unique_bytes(tensors: list[torch.Tensor]) -> int:
@@ -169,18 +181,28 @@ def _oom_as_error(phase: list[str]) -> Iterator[None]:
         raise MemcalcError(f"does not fit: out of memory at {phase[0]}") from None
 
 
-def measure(spec: ModelSpec, setup: TrainingSetup, *, impl: Impl = Impl.ours,
-            recompute: Recompute = Recompute.none, every: int | None = None,
-            offload: tuple[Offload, ...] = (), device: str | None = None, seed: int = 0,
-            progress: Progress | None = None) -> Measurement:
+def measure(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    *,
+    impl: Impl = Impl.ours,
+    recompute: Recompute = Recompute.none,
+    every: int | None = None,
+    offload: tuple[Offload, ...] = (),
+    device: str | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> Measurement:
     """Build ``spec``, apply the strategy, run a warm-up and a measured step, count bytes."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.model_copy(update={"dropout": None})
     what = {o.what for o in offload}
     if OffloadWhat.params in what:
-        raise MemcalcError("--offload: params=cpu is not measured; measure offloads "
-                           "optimizer=cpu and activations=cpu")
+        raise MemcalcError(
+            "--offload: params=cpu is not measured; measure offloads "
+            "optimizer=cpu and activations=cpu"
+        )
     if any(o.where.value == "nvme" for o in offload):
         raise MemcalcError("--offload: optimizer=nvme is not measured; use optimizer=cpu")
     say = progress or (lambda _msg: None)
@@ -188,31 +210,42 @@ def measure(spec: ModelSpec, setup: TrainingSetup, *, impl: Impl = Impl.ours,
     if dev.type == "cpu":
         notes.append("CPU: dropout re-routed to torch.native_dropout (bool masks, as on CUDA)")
         if attention_kind(setup) == "sdpa" and spec.attention_dropout > 0:
-            notes.append("CPU SDPA with dropout runs a math kernel that saves the full "
-                         "attention matrix in fp32; a GPU does not (expect a large error)")
+            notes.append(
+                "CPU SDPA with dropout runs a math kernel that saves the full "
+                "attention matrix in fp32; a GPU does not (expect a large error)"
+            )
     phase = ["building the model"]
-    with _oom_as_error(phase), (bool_dropout_masks() if dev.type == "cpu"
-                                else contextlib.nullcontext()):
+    with (
+        _oom_as_error(phase),
+        bool_dropout_masks() if dev.type == "cpu" else contextlib.nullcontext(),
+    ):
         if dev.type == "cuda":
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
         say("building the model")
         model = build_model(spec, setup, impl, dev, seed)
-        label = apply_strategy(model, recompute, every=every,
-                               offload_activations=OffloadWhat.activations in what,
-                               pin_memory=dev.type == "cuda")
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            base = {"base": base, "params_bytes": torch.cuda.memory_allocated() - base}
+        label = apply_strategy(
+            model,
+            recompute,
+            every=every,
+            offload_activations=OffloadWhat.activations in what,
+            pin_memory=dev.type == "cuda",
+        )
         trainer = _trainer(model, setup, OffloadWhat.optimizer in what)
         gen = torch.Generator(device="cpu").manual_seed(seed)
         ids = torch.randint(0, spec.vocab_size, (setup.batch, setup.seq), generator=gen).to(dev)
         run = _measure_cuda if dev.type == "cuda" else _measure_cpu
-        kwargs: dict[str, Any] = {"base": base} if dev.type == "cuda" else {}
+        kwargs: dict[str, Any] = base if dev.type == "cuda" else {}
         m = run(trainer, ids, recompute, phase, say, **kwargs)
-    return Measurement(device=str(dev), impl=impl.value, strategy=label, notes=tuple(notes),
-                       **m)
+    return Measurement(device=str(dev), impl=impl.value, strategy=label, notes=tuple(notes), **m)
 
 
-def _one_step(trainer: _Trainer, ids: torch.Tensor, phase: list[str],
-              on: Callable[[str, Any], None]) -> None:
+def _one_step(
+    trainer: _Trainer, ids: torch.Tensor, phase: list[str], on: Callable[[str, Any], None]
+) -> None:
     trainer.zero_grad()
     phase[0] = "forward"
     on("before_forward", None)
@@ -232,18 +265,31 @@ def _optimizer_bytes(trainer: _Trainer, device: torch.device) -> dict[str, int]:
     state_b, step_b = _bytes_on(states, device), _bytes_on(steps, device)
     master_b = _bytes_on(master, device)
     host = torch.device("cpu")
-    host_b = (_unique_bytes(states + steps + list(trainer.opt_params)
-                            + [q.grad for q in trainer.opt_params if q.grad is not None])
-              if trainer.offloaded else 0)
+    host_b = (
+        _unique_bytes(
+            states
+            + steps
+            + list(trainer.opt_params)
+            + [q.grad for q in trainer.opt_params if q.grad is not None]
+        )
+        if trainer.offloaded
+        else 0
+    )
     if trainer.offloaded and device.type == host.type:
         # On a CPU run the "host" copies share the device: report them only as host bytes.
         state_b = step_b = master_b = 0
-    return {"optimizer_bytes": state_b + master_b + step_b, "optimizer_state_bytes": state_b,
-            "master_weight_bytes": master_b, "step_tensor_bytes": step_b, "host_bytes": host_b}
+    return {
+        "optimizer_bytes": state_b + master_b + step_b,
+        "optimizer_state_bytes": state_b,
+        "master_weight_bytes": master_b,
+        "step_tensor_bytes": step_b,
+        "host_bytes": host_b,
+    }
 
 
-def _measure_cpu(trainer: _Trainer, ids: torch.Tensor, recompute: Recompute, phase: list[str],
-                 say: Progress) -> dict[str, Any]:
+def _measure_cpu(
+    trainer: _Trainer, ids: torch.Tensor, recompute: Recompute, phase: list[str], say: Progress
+) -> dict[str, Any]:
     model = trainer.model
     say("warm-up step")
     _one_step(trainer, ids, phase, lambda *_: None)
@@ -276,21 +322,31 @@ def _measure_cpu(trainer: _Trainer, ids: torch.Tensor, recompute: Recompute, pha
         tracker.register([params, trainer.opt_params, trainer.state_tensors(), ids])
         tracker.reset_peak()
         _one_step(trainer, ids, phase, on)
-    if recompute is Recompute.selective:
-        acts = marks["after_forward"] - marks["before_forward"] - loss_bytes[0]
-    else:
-        acts = recorder.total_bytes
+    held = marks["after_forward"] - marks["before_forward"] - loss_bytes[0]
+    acts = recorder.total_bytes if recompute is Recompute.none else held
     return {
-        "parameter_bytes": _unique_bytes(list(params)), "gradient_bytes": _unique_bytes(grads),
-        **opt_b, "activation_bytes": acts, "peak_bytes": tracker.peak_bytes,
-        "peak_phase": tracker.peak_phase, "saved_by_dtype": recorder.bytes_by_dtype(),
+        "parameter_bytes": _unique_bytes(list(params)),
+        "gradient_bytes": _unique_bytes(grads),
+        **opt_b,
+        "activation_bytes": acts,
+        "peak_bytes": tracker.peak_bytes,
+        "peak_phase": tracker.peak_phase,
+        "held_bytes": held,
+        "saved_by_dtype": recorder.bytes_by_dtype(),
     }
 
 
-def _measure_cuda(trainer: _Trainer, ids: torch.Tensor, recompute: Recompute,
-                  phase: list[str], say: Progress, base: int) -> dict[str, Any]:
+def _measure_cuda(
+    trainer: _Trainer,
+    ids: torch.Tensor,
+    recompute: Recompute,
+    phase: list[str],
+    say: Progress,
+    base: int,
+    params_bytes: int,
+) -> dict[str, Any]:
     cuda = torch.cuda
-    params_b = cuda.memory_allocated() - base - ids.untyped_storage().nbytes()
+    params_b = params_bytes
     say("warm-up step")
     _one_step(trainer, ids, phase, lambda *_: None)
     trainer.zero_grad()

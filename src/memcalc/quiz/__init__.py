@@ -8,7 +8,8 @@ Modules, each with one job:
 - ``templates``: the English and Urdu text of the generated questions
 - ``select``: filters, seeded selection and option shuffling
 - ``session``: the question loop (interactive or scripted) and scoring
-- ``render``: text and JSON output, in English or Urdu
+- ``render``: text and JSON output
+- ``messages``: the words of the quiz screen in English and Urdu
 - ``command``: the typer function ``quiz_command``
 
 The quiz never imports torch.

@@ -20,6 +20,9 @@ from memcalc.spec.loaders import read_data_file
 NUM_OPTIONS = 4
 """Every question has four options, answered a-d or 1-4."""
 
+LETTERS = "abcd"
+"""The letters of the options as shown."""
+
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 """Ids and concept tags: lower-case words joined by hyphens."""
 
@@ -72,7 +75,8 @@ class Text(BaseModel):
 
     prompt: str = Field(min_length=1, description="The question.")
     options: list[str] = Field(
-        min_length=NUM_OPTIONS, max_length=NUM_OPTIONS,
+        min_length=NUM_OPTIONS,
+        max_length=NUM_OPTIONS,
         description="The four answers, in the file's order (shuffled when asked).",
     )
     explanation: str = Field(min_length=1, description="Why the correct answer is right.")

@@ -105,12 +105,12 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             prompt="You train {model} ({params} parameters) with {optimizer} under {precision}. "
             "How much GPU memory does the optimizer hold between steps?",
             explanation="{optimizer} keeps {states_per_param} state tensor(s) per parameter in "
-            "{state_dtype}: {states}. {master_sentence}The per-tensor step counters add {step}. "
-            "Total: {value}. Forgetting the fp32 master weights gives {no_master}. Recompute "
-            "and activation offload do not change this number; optimizer offload or ZeRO do.",
+            "{state_dtype}: {states}. {master_sentence}The per-tensor step counters add "
+            "{step_bytes} bytes. Total: {value}. Recompute and activation offload do not change "
+            "this number; optimizer offload or ZeRO do.",
             parts={
                 "master_mixed": "Under {precision} the optimizer also keeps an fp32 master copy "
-                "of the weights: {params} × 4 bytes = {master}. ",
+                "of the weights: {params} × 4 bytes = {master}; forgetting it gives {no_master}. ",
                 "master_none": "{precision} keeps no separate master copy of the weights. ",
             },
         ),
@@ -119,12 +119,11 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "کرتے ہیں۔ دو اسٹیپس کے درمیان آپٹیمائزر GPU کی کتنی میموری رکھتا ہے؟",
             explanation="{optimizer} ہر پیرامیٹر کے لیے {states_per_param} اسٹیٹ ٹینسر "
             "{state_dtype} میں رکھتا ہے: {states}۔ {master_sentence}ہر ٹینسر کے step کاؤنٹر "
-            "{step} مزید لیتے ہیں۔ کل: {value}۔ fp32 ماسٹر ویٹس بھول جائیں تو {no_master} بنتا "
-            "ہے۔ ری کمپیوٹ اور ایکٹیویشن آف لوڈ اس عدد کو نہیں بدلتے؛ آپٹیمائزر آف لوڈ یا ZeRO "
-            "بدلتے ہیں۔",
+            "مزید {step_bytes} بائٹس لیتے ہیں۔ کل: {value}۔ ری کمپیوٹ اور ایکٹیویشن آف لوڈ "
+            "اس عدد کو نہیں بدلتے؛ آپٹیمائزر آف لوڈ یا ZeRO بدلتے ہیں۔",
             parts={
                 "master_mixed": "{precision} میں آپٹیمائزر ویٹس کی fp32 ماسٹر کاپی بھی رکھتا ہے: "
-                "{params} × 4 بائٹس = {master}۔ ",
+                "{params} × 4 بائٹس = {master}؛ اسے بھول جائیں تو {no_master} بنتا ہے۔ ",
                 "master_none": "{precision} میں ویٹس کی کوئی الگ ماسٹر کاپی نہیں ہوتی۔ ",
             },
         ),
@@ -155,7 +154,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             prompt="Without recompute or offload, which of the four memory components is the "
             "largest when training {ctx}?",
             explanation="Parameters {params_b}, gradients {grads_b}, optimizer states {opt_b}, "
-            "activations {acts_b}: the largest is {largest}. Activations grow with batch × "
+            "activations {acts_b}. Largest: {largest}. Activations grow with batch × "
             "sequence ({tokens} tokens here); the other three grow only with the parameter "
             "count.",
         ),
@@ -163,7 +162,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             prompt="ری کمپیوٹ یا آف لوڈ کے بغیر، {ctx} کی ٹریننگ میں میموری کے چار حصوں میں "
             "سب سے بڑا کون سا ہے؟",
             explanation="پیرامیٹرز {params_b}، گریڈینٹس {grads_b}، آپٹیمائزر اسٹیٹس {opt_b}، "
-            "ایکٹیویشنز {acts_b}: سب سے بڑا حصہ {largest} ہے۔ ایکٹیویشنز بیچ × سیکوئنس کے "
+            "ایکٹیویشنز {acts_b}۔ سب سے بڑا حصہ: {largest}۔ ایکٹیویشنز بیچ × سیکوئنس کے "
             "ساتھ بڑھتی ہیں (یہاں {tokens} ٹوکنز)؛ باقی تین صرف پیرامیٹرز کی تعداد کے ساتھ۔",
         ),
     },

@@ -90,8 +90,12 @@ def spec_from_hf_config(cfg: dict[str, Any], source: str = "config.json") -> Mod
         if family == "gpt2":
             act = cfg.get("activation_function", "gelu_new")
             fields: dict[str, Any] = dict(
-                name=name, family="gpt2", vocab_size=cfg["vocab_size"], hidden_size=cfg["n_embd"],
-                num_layers=cfg["n_layer"], num_heads=cfg["n_head"],
+                name=name,
+                family="gpt2",
+                vocab_size=cfg["vocab_size"],
+                hidden_size=cfg["n_embd"],
+                num_layers=cfg["n_layer"],
+                num_heads=cfg["n_head"],
                 intermediate_size=cfg.get("n_inner"),
                 max_position_embeddings=cfg.get("n_positions", 1024),
                 activation="gelu_new" if act == "gelu_new" else act,
@@ -110,9 +114,13 @@ def spec_from_hf_config(cfg: dict[str, Any], source: str = "config.json") -> Mod
                 )
             qkv_bias = cfg.get("attention_bias", model_type == "qwen2")
             fields = dict(
-                name=name, family="llama", vocab_size=cfg["vocab_size"],
-                hidden_size=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
-                num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+                name=name,
+                family="llama",
+                vocab_size=cfg["vocab_size"],
+                hidden_size=cfg["hidden_size"],
+                num_layers=cfg["num_hidden_layers"],
+                num_heads=heads,
+                num_kv_heads=cfg.get("num_key_value_heads") or heads,
                 intermediate_size=cfg["intermediate_size"],
                 max_position_embeddings=cfg.get("max_position_embeddings", 2048),
                 activation=cfg.get("hidden_act", "silu"),
@@ -124,6 +132,8 @@ def spec_from_hf_config(cfg: dict[str, Any], source: str = "config.json") -> Mod
             )
         return ModelSpec(**fields)
     except KeyError as e:
-        raise MemcalcError(f"{source}: missing key {e.args[0]!r} for model_type {model_type}") from None
+        raise MemcalcError(
+            f"{source}: missing key {e.args[0]!r} for model_type {model_type}"
+        ) from None
     except ValidationError as e:
         raise MemcalcError(validation_message(source, e)) from None

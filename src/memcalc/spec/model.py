@@ -70,7 +70,9 @@ class ModelSpec(BaseModel):
         default=None, description="LM head shares the token embedding; default True for gpt2."
     )
     qkv_bias: bool | None = Field(default=None, description="Bias on q/k/v projections.")
-    out_bias: bool | None = Field(default=None, description="Bias on the attention output projection.")
+    out_bias: bool | None = Field(
+        default=None, description="Bias on the attention output projection."
+    )
     mlp_bias: bool | None = Field(default=None, description="Bias on the MLP projections.")
     embedding_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="embd_pdrop.")
     attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="attn_pdrop.")
@@ -80,7 +82,8 @@ class ModelSpec(BaseModel):
     def _check_shapes(self) -> ModelSpec:
         if self.hidden_size % self.num_heads:
             raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})"
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_heads ({self.num_heads})"
             )
         if self.num_heads % self.kv_heads:
             raise ValueError(

@@ -15,20 +15,42 @@ _GPT2_DROPOUT = {"embedding_dropout": 0.1, "attention_dropout": 0.1, "residual_d
 def _gpt2(name: str, hidden: int, layers: int, heads: int) -> ModelSpec:
     # openai-community/gpt2*: vocab 50257, n_positions 1024, gelu_new, all dropouts 0.1.
     return ModelSpec(
-        name=name, family="gpt2", vocab_size=50257, hidden_size=hidden, num_layers=layers,
-        num_heads=heads, max_position_embeddings=1024, **_GPT2_DROPOUT,
+        name=name,
+        family="gpt2",
+        vocab_size=50257,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        max_position_embeddings=1024,
+        **_GPT2_DROPOUT,
     )
 
 
 def _llama(
-    name: str, vocab: int, hidden: int, layers: int, heads: int, kv_heads: int,
-    intermediate: int, *, tied: bool = False, qkv_bias: bool = False,
+    name: str,
+    vocab: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    *,
+    tied: bool = False,
+    qkv_bias: bool = False,
     max_positions: int = 4096,
 ) -> ModelSpec:
     return ModelSpec(
-        name=name, family="llama", vocab_size=vocab, hidden_size=hidden, num_layers=layers,
-        num_heads=heads, num_kv_heads=kv_heads, intermediate_size=intermediate,
-        tie_embeddings=tied, qkv_bias=qkv_bias, max_position_embeddings=max_positions,
+        name=name,
+        family="llama",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        intermediate_size=intermediate,
+        tie_embeddings=tied,
+        qkv_bias=qkv_bias,
+        max_position_embeddings=max_positions,
     )
 
 
@@ -47,10 +69,19 @@ PRESETS: dict[str, ModelSpec] = {
         _llama("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, max_positions=8192),
         _llama("llama-3-70b", 128256, 8192, 80, 64, 8, 28672, max_positions=8192),
         _llama("mistral-7b", 32000, 4096, 32, 32, 8, 14336, max_positions=32768),
-        _llama("qwen2.5-0.5b", 151936, 896, 24, 14, 2, 4864, tied=True, qkv_bias=True,
-               max_positions=32768),
-        _llama("qwen2.5-7b", 152064, 3584, 28, 28, 4, 18944, qkv_bias=True,
-               max_positions=32768),
+        _llama(
+            "qwen2.5-0.5b",
+            151936,
+            896,
+            24,
+            14,
+            2,
+            4864,
+            tied=True,
+            qkv_bias=True,
+            max_positions=32768,
+        ),
+        _llama("qwen2.5-7b", 152064, 3584, 28, 28, 4, 18944, qkv_bias=True, max_positions=32768),
     )
 }
 

@@ -24,8 +24,13 @@ class DType(str, Enum):
 
 
 _ITEMSIZE = {
-    DType.fp32: 4, DType.bf16: 2, DType.fp16: 2, DType.fp8: 1,
-    DType.int64: 8, DType.int8: 1, DType.bool: 1,
+    DType.fp32: 4,
+    DType.bf16: 2,
+    DType.fp16: 2,
+    DType.fp8: 1,
+    DType.int64: 8,
+    DType.int8: 1,
+    DType.bool: 1,
 }
 
 
@@ -49,8 +54,10 @@ class Precision(str, Enum):
 
     @property
     def weight_dtype(self) -> DType:
-        return DType.fp32 if self is Precision.fp32 else (
-            DType.fp16 if self in (Precision.fp16, Precision.fp16_mixed) else DType.bf16
+        return (
+            DType.fp32
+            if self is Precision.fp32
+            else (DType.fp16 if self in (Precision.fp16, Precision.fp16_mixed) else DType.bf16)
         )
 
     @property

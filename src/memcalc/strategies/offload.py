@@ -68,8 +68,10 @@ class Offload:
         except ValueError:
             raise one_of("--offload WHERE", where, [x.value for x in OffloadWhere]) from None
         if loc is OffloadWhere.nvme and w is not OffloadWhat.optimizer:
-            raise MemcalcError(f"--offload: {w.value}=nvme is not modelled; use {w.value}=cpu "
-                               "(only optimizer=nvme goes to NVMe)")
+            raise MemcalcError(
+                f"--offload: {w.value}=nvme is not modelled; use {w.value}=cpu "
+                "(only optimizer=nvme goes to NVMe)"
+            )
         return cls(w, loc)
 
 
@@ -89,5 +91,6 @@ class Traffic:
     """Bytes read + written on NVMe per step."""
 
     def seconds(self, host_link_bytes_per_s: float, nvme_bytes_per_s: float) -> float:
-        return (self.host_link_bytes / host_link_bytes_per_s
-                + self.nvme_link_bytes / nvme_bytes_per_s)
+        return (
+            self.host_link_bytes / host_link_bytes_per_s + self.nvme_link_bytes / nvme_bytes_per_s
+        )

@@ -55,6 +55,9 @@ class ActivationPlan:
     """Bytes each block holds across the forward (checkpoint extras on the first segment)."""
     block_rebuild: tuple[int, ...] = field(default=())
     """Bytes rebuilt when each block's backward starts (a segment's on its last block)."""
+    block_rebuilt_below: tuple[int, ...] = field(default=())
+    """Bytes of the same segment's earlier blocks, rebuilt and still waiting for their
+    backward while this block's runs (every-k only)."""
 
     @property
     def peak_activation_bytes(self) -> int:
@@ -80,9 +83,17 @@ def keep_all(graph: OpGraph) -> ActivationPlan:
     for blk in graph.blocks:
         comp = _merge(comp, blk.bytes_by_component())
     n = len(graph.blocks)
-    return ActivationPlan("none", graph.saved_bytes, comp, 0, 0, 0, ("none",) * n,
-                          block_stored=tuple(b.saved_bytes for b in graph.blocks),
-                          block_rebuild=(0,) * n)
+    return ActivationPlan(
+        "none",
+        graph.saved_bytes,
+        comp,
+        0,
+        0,
+        0,
+        ("none",) * n,
+        block_stored=tuple(b.saved_bytes for b in graph.blocks),
+        block_rebuild=(0,) * n,
+    )
 
 
 def selective(graph: OpGraph) -> ActivationPlan:
@@ -101,11 +112,17 @@ def selective(graph: OpGraph) -> ActivationPlan:
         rebuild = max(rebuild, blk.saved_bytes - kept)
         flops += blk.core_flops if blk.saved_bytes > kept else 0
         comp = _merge(comp, blk.selective_bytes_by_component())
-    return ActivationPlan("selective", stored, comp, rebuild, flops, 0,
-                          ("selective",) * len(graph.blocks),
-                          block_stored=tuple(b.selective_saved_bytes for b in graph.blocks),
-                          block_rebuild=tuple(b.saved_bytes - b.selective_saved_bytes
-                                              for b in graph.blocks))
+    return ActivationPlan(
+        "selective",
+        stored,
+        comp,
+        rebuild,
+        flops,
+        0,
+        ("selective",) * len(graph.blocks),
+        block_stored=tuple(b.selective_saved_bytes for b in graph.blocks),
+        block_rebuild=tuple(b.saved_bytes - b.selective_saved_bytes for b in graph.blocks),
+    )
 
 
 def every_k(graph: OpGraph, k: int) -> ActivationPlan:
@@ -128,15 +145,29 @@ def every_k(graph: OpGraph, k: int) -> ActivationPlan:
     name = "full" if k == 1 else f"every-{k}"
     block_stored: list[int] = []
     block_rebuild: list[int] = []
+    rebuilt_below: list[int] = []
     for seg in segments:
         seg_rebuild = sum(b.saved_bytes for b in seg) - seg[0].input.nbytes
         block_stored += [seg[0].input.nbytes] + [0] * (len(seg) - 1)
         block_rebuild += [0] * (len(seg) - 1) + [seg_rebuild]
+        below = 0
+        for r, blk in enumerate(seg):
+            rebuilt_below.append(below - seg[0].input.nbytes if r else 0)
+            below += blk.saved_bytes
     block_stored[0] += extra
-    return ActivationPlan(name, stored, comp, rebuild, sum(b.flops for b in graph.blocks),
-                          len(segments), ("full",) * n,
-                          note="block inputs are counted under 'norm' (the first op saves them)",
-                          block_stored=tuple(block_stored), block_rebuild=tuple(block_rebuild))
+    return ActivationPlan(
+        name,
+        stored,
+        comp,
+        rebuild,
+        sum(b.flops for b in graph.blocks),
+        len(segments),
+        ("full",) * n,
+        note="block inputs are counted under 'norm' (the first op saves them)",
+        block_stored=tuple(block_stored),
+        block_rebuild=tuple(block_rebuild),
+        block_rebuilt_below=tuple(rebuilt_below),
+    )
 
 
 def full(graph: OpGraph) -> ActivationPlan:
@@ -194,7 +225,7 @@ def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
     comp = _outside_blocks(graph)
     block_stored: list[int] = []
     block_rebuild: list[int] = []
-    for blk, choice in zip(graph.blocks, choices):
+    for blk, choice in zip(graph.blocks, choices, strict=True):
         if choice == "full":
             block_stored.append(blk.input.nbytes)
             block_rebuild.append(blk.saved_bytes - blk.input.nbytes)
@@ -213,9 +244,18 @@ def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
     rebuild = max(block_rebuild)
     counts = {c: choices.count(c) for c in ("none", "selective", "full")}
     note = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-    return ActivationPlan("budget", stored, comp, rebuild, flops, counts["full"], choices,
-                          note=f"per block: {note}", block_stored=tuple(block_stored),
-                          block_rebuild=tuple(block_rebuild))
+    return ActivationPlan(
+        "budget",
+        stored,
+        comp,
+        rebuild,
+        flops,
+        counts["full"],
+        choices,
+        note=f"per block: {note}",
+        block_stored=tuple(block_stored),
+        block_rebuild=tuple(block_rebuild),
+    )
 
 
 def _pareto(states, extra_inputs):  # type: ignore[no-untyped-def]
@@ -232,7 +272,10 @@ def _pareto(states, extra_inputs):  # type: ignore[no-untyped-def]
 
 
 def plan_for(
-    graph: OpGraph, strategy: Recompute, *, every: int | None = None,
+    graph: OpGraph,
+    strategy: Recompute,
+    *,
+    every: int | None = None,
     budget_bytes: int | None = None,
 ) -> ActivationPlan:
     """The ActivationPlan for ``strategy`` (``every`` for every-k, ``budget_bytes`` for budget)."""

@@ -1,0 +1,82 @@
+"""Estimate vs measured (CPU, exact byte counts) for a grid of small GPT-2 and Llama configs,
+as a markdown table: the "How accurate is it?" section of the README (docs/accuracy.md).
+
+    PYTHONPATH=src python benchmarks/accuracy.py [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from memcalc.estimate import Options
+from memcalc.measure.build import Impl
+from memcalc.measure.compare import compare, estimate_for
+from memcalc.measure.runner import measure
+from memcalc.profiles import load_profile
+from memcalc.spec.model import ModelSpec
+from memcalc.spec.training import TrainingSetup
+from memcalc.strategies.recompute import Recompute
+
+GPT2 = ModelSpec(
+    name="gpt2-mini",
+    family="gpt2",
+    vocab_size=1024,
+    hidden_size=128,
+    num_layers=4,
+    num_heads=4,
+    max_position_embeddings=256,
+)
+LLAMA = ModelSpec(
+    name="llama-mini",
+    family="llama",
+    vocab_size=1024,
+    hidden_size=128,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    intermediate_size=352,
+)
+CASES = [
+    # (spec, impl, precision, attention, dropout, recompute)
+    (GPT2, Impl.hf, "fp32", "eager", 0.1, Recompute.none),
+    (GPT2, Impl.hf, "bf16", "eager", 0.1, Recompute.full),
+    (GPT2, Impl.hf, "bf16-mixed", "sdpa", 0.0, Recompute.none),
+    (GPT2, Impl.ours, "bf16", "eager", 0.1, Recompute.selective),
+    (GPT2, Impl.ours, "fp32", "sdpa", 0.0, Recompute.every_k),
+    (LLAMA, Impl.hf, "bf16", "eager", 0.0, Recompute.none),
+    (LLAMA, Impl.hf, "bf16-mixed", "sdpa", 0.0, Recompute.full),
+    (LLAMA, Impl.ours, "fp32", "eager", 0.0, Recompute.selective),
+    (LLAMA, Impl.ours, "bf16", "eager", 0.0, Recompute.full),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=128)
+    args = ap.parse_args()
+    gpu = load_profile("h100-sxm-80gb")
+    cols = ["parameters", "gradients", "optimizer states", "stored activations", "peak of the step"]
+    print(f"| model | impl | precision | attention | dropout | recompute | {' | '.join(cols)} |")
+    print("|" + "---|" * (6 + len(cols)))
+    for spec, impl, precision, attention, dropout, rc in CASES:
+        setup = TrainingSetup(
+            batch=args.batch,
+            seq=args.seq,
+            precision=precision,
+            attention=attention,
+            dropout=dropout,
+        )
+        m = measure(spec, setup, impl=impl, recompute=rc, every=2, device=args.device)
+        b = estimate_for(spec, setup, gpu, Options(recompute=rc, every=2), m.device)
+        rows = {r.component: r for r in compare(b, m)}
+        cells = [f"{rows[c].measured_bytes:,} ({rows[c].error:+.1%})" for c in cols]
+        print(
+            f"| {spec.name} | {impl.value} | {precision} | {attention} | {dropout} | "
+            f"{m.strategy} | {' | '.join(cells)} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

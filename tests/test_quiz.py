@@ -1,0 +1,599 @@
+"""``memcalc quiz``: the bank files, the questions generated from a model (checked against
+``estimate``), the interactive loop, scripted and study-sheet modes, both languages, errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from memcalc.errors import MemcalcError
+from memcalc.estimate import Options, estimate
+from memcalc.params import count_params
+from memcalc.profiles import load_profile
+from memcalc.quiz import command as quiz_module
+from memcalc.quiz.bank import (
+    LETTERS,
+    NUM_OPTIONS,
+    Difficulty,
+    Lang,
+    Topic,
+    bank_dir,
+    bank_files,
+    load_bank,
+    load_bank_file,
+)
+from memcalc.quiz.command import quiz_command
+from memcalc.quiz.generate import KINDS, model_questions, strategy_label
+from memcalc.quiz.session import parse_answer
+from memcalc.quiz.templates import LABELS
+from memcalc.spec.presets import preset
+from memcalc.spec.training import TrainingSetup
+from memcalc.strategies.offload import Offload
+from memcalc.strategies.recompute import Recompute, sqrt_k
+from memcalc.units import format_bytes
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "quiz.md"
+
+SEED_CONCEPTS = (
+    "recompute-trades-compute-for-memory",
+    "activations-stored-for-backward",
+    "measure-checkpoint-overhead",
+    "sqrt-n-checkpointing",
+    "selective-recompute",
+    "offload-complements-recompute",
+    "dropout-rng-replay",
+    "recompute-keeps-optimizer-state",
+)
+"""The eight concepts of the original seed quiz (shared/seeds/000_*.txt)."""
+
+
+def _app() -> typer.Typer:
+    """The quiz command in its own app, as the CLI registers it; the second command keeps
+    typer in subcommand mode."""
+    app = typer.Typer()
+    app.command("quiz")(quiz_command)
+
+    @app.command("noop")
+    def noop() -> None:
+        """Placeholder so that ``quiz`` stays a subcommand."""
+
+    return app
+
+
+APP = _app()
+
+
+def quiz(*args: str, input: str | None = None):  # noqa: A002 -- CliRunner's name
+    return CliRunner().invoke(APP, ["quiz", *args], input=input)
+
+
+def reveal(*args: str, lang: str = "en") -> dict:
+    """The study sheet as JSON: the questions a run with the same flags asks, and answers."""
+    result = quiz(*args, "--reveal", "--format", "json", "--lang", lang)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _wrong(letter: str) -> str:
+    return next(x for x in LETTERS if x != letter)
+
+
+# --- the bank --------------------------------------------------------------------------------
+
+
+def test_every_bank_file_validates():
+    files = bank_files()
+    assert files, f"no bank files in {bank_dir()}"
+    for path in files:
+        assert load_bank_file(path), path
+
+
+@pytest.mark.parametrize("path", bank_files(), ids=lambda p: p.name)
+def test_bank_file_schema(path):
+    """Checked on the raw TOML too, so the test does not rely on the loader alone."""
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    assert set(raw) == {"questions"}
+    for q in raw["questions"]:
+        assert set(q) == {"id", "concept", "topic", "difficulty", "correct", "en", "ur"}, q["id"]
+        assert q["topic"] in {t.value for t in Topic}, q["id"]
+        assert q["difficulty"] in {d.value for d in Difficulty}, q["id"]
+        assert 0 <= q["correct"] < NUM_OPTIONS, q["id"]
+        for lang in ("en", "ur"):
+            text = q[lang]
+            assert set(text) == {"prompt", "options", "explanation"}, (q["id"], lang)
+            assert text["prompt"].strip() and text["explanation"].strip(), (q["id"], lang)
+            options = [o.strip() for o in text["options"]]
+            assert len(options) == NUM_OPTIONS, (q["id"], lang)
+            # Exactly one correct option: the options are distinct and ``correct`` picks one.
+            assert len(set(options)) == NUM_OPTIONS and all(options), (q["id"], lang)
+
+
+def test_bank_ids_unique_and_seed_concepts_covered_in_both_languages():
+    questions = load_bank()
+    ids = [q.id for q in questions]
+    assert len(ids) == len(set(ids))
+    assert not any(i.startswith("model-") for i in ids)
+    for concept in SEED_CONCEPTS:
+        covering = [q for q in questions if q.concept == concept]
+        assert covering, f"seed concept {concept} has no question"
+        for q in covering:
+            assert q.en.prompt.strip() and q.ur.prompt.strip()
+            assert q.en.explanation.strip() and q.ur.explanation.strip()
+            # Urdu text is really Urdu (Arabic script), not a copy of the English.
+            assert re.search("[\u0600-\u06ff]", q.ur.prompt), q.id
+
+
+VALID = """
+[[questions]]
+id = "t-one"
+concept = "c-one"
+topic = "recompute"
+difficulty = "easy"
+correct = 1
+[questions.en]
+prompt = "p"
+options = ["a", "b", "c", "d"]
+explanation = "e"
+[questions.ur]
+prompt = "پ"
+options = ["ا", "ب", "ج", "د"]
+explanation = "و"
+"""
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (
+            VALID.replace('topic = "recompute"', 'topic = "memory"'),
+            "questions[0] (id 't-one').topic",
+        ),
+        (VALID.replace("correct = 1", "correct = 4"), "questions[0] (id 't-one').correct"),
+        (VALID.replace('"c", "d"]', '"c"]'), "questions[0] (id 't-one').en.options"),
+        (VALID.replace('"c", "d"]', '"c", "a"]'), "questions[0] (id 't-one').en.options"),
+        (
+            VALID.replace('explanation = "e"', 'explanation = "  "'),
+            "questions[0] (id 't-one').en.explanation",
+        ),
+        (VALID.replace("correct = 1", 'correct = 1\nhint = "x"'), "questions[0] (id 't-one').hint"),
+        (VALID.split("[questions.ur]")[0], "questions[0] (id 't-one').ur"),
+    ],
+)
+def test_bad_bank_file_is_one_line_naming_file_and_field(tmp_path, bad, field):
+    path = tmp_path / "broken.toml"
+    path.write_text(bad, encoding="utf-8")
+    with pytest.raises(MemcalcError) as e:
+        load_bank(tmp_path)
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    assert field in message
+
+
+def test_duplicate_ids_across_files_and_malformed_toml(tmp_path):
+    (tmp_path / "a.toml").write_text(VALID, encoding="utf-8")
+    (tmp_path / "b.toml").write_text(VALID, encoding="utf-8")
+    with pytest.raises(MemcalcError, match=r"b\.toml: questions\[0\]\.id: duplicate id 't-one'"):
+        load_bank(tmp_path)
+    (tmp_path / "b.toml").write_text("[[questions]\n", encoding="utf-8")
+    with pytest.raises(MemcalcError, match=r"b\.toml: malformed TOML"):
+        load_bank(tmp_path)
+
+
+def test_bad_bank_file_through_the_command(tmp_path, monkeypatch):
+    (tmp_path / "broken.toml").write_text(
+        VALID.replace("correct = 1", "correct = -1"), encoding="utf-8"
+    )
+    monkeypatch.setattr(quiz_module, "load_bank", lambda: load_bank(tmp_path))
+    result = quiz("--reveal")
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1
+    assert "broken.toml: questions[0] (id 't-one').correct" in result.stderr
+
+
+# --- questions generated from the model: every answer equals the estimate ---------------------
+
+CASES = [
+    ("gpt2", "h100-sxm-80gb", TrainingSetup()),
+    ("gpt2", "t4-16gb", TrainingSetup(precision="fp32", batch=4)),
+    ("llama-2-7b", "a100-sxm-80gb", TrainingSetup()),
+    ("llama-2-7b", "h100-sxm-80gb", TrainingSetup(batch=8, seq=4096)),
+    ("tinyllama-1.1b", "rtx-4090-24gb", TrainingSetup(batch=4, seq=2048)),
+    ("llama-2-70b", "a100-sxm-80gb", TrainingSetup()),
+    ("qwen2.5-0.5b", "l4-24gb", TrainingSetup(precision="bf16", batch=2)),
+]
+
+
+@pytest.mark.parametrize("model, gpu, setup", CASES, ids=[f"{m}-{g}" for m, g, _ in CASES])
+def test_generated_answers_equal_the_estimate(model, gpu, setup):
+    spec, profile = preset(model), load_profile(gpu)
+    questions = {q.id.removeprefix("model-"): q for q in model_questions(spec, setup, profile)}
+    assert set(questions) == set(KINDS)
+    answer = {kind: q.en.options[q.correct] for kind, q in questions.items()}
+
+    # Independently: one estimate per strategy, straight from the engine.
+    base = estimate(spec, setup, profile, Options())
+    full = estimate(spec, setup, profile, Options(recompute=Recompute.full))
+    n = spec.num_layers
+    sqrt = estimate(spec, setup, profile, Options(recompute=Recompute.every_k, every=sqrt_k(n)))
+    p = count_params(spec).total
+
+    assert answer["weights"] == format_bytes(p * setup.weight_dtype.itemsize)
+    assert answer["weights"] == format_bytes(base.parameter_bytes)
+    assert answer["optimizer-states"] == format_bytes(base.optimizer_bytes)
+    detail = base.optimizer_detail
+    per_param = (
+        base.parameter_bytes + base.gradient_bytes + detail.state_bytes + detail.master_weight_bytes
+    ) / p
+    assert answer["bytes-per-param"] == f"{per_param:g} bytes"
+    if setup.precision.value == "bf16-mixed":
+        assert per_param == 18  # Megatron's 2 + 4 + 12
+    sizes = {
+        "parameters": base.parameter_bytes,
+        "gradients": base.gradient_bytes,
+        "optimizer": base.optimizer_bytes,
+        "activations": base.activation_bytes,
+    }
+    assert answer["dominant-component"] == LABELS[Lang.en][max(sizes, key=sizes.__getitem__)]
+    assert answer["activations"] == format_bytes(base.activation_bytes)
+    assert answer["full-recompute-saves"] == format_bytes(
+        base.activation_bytes - full.activation_bytes
+    )
+    extra = full.extra_forward_flops / (3 * full.forward_flops)
+    assert answer["full-recompute-flops"] == f"+{100 * extra:.1f}%"
+    assert answer["sqrt-checkpoints"] == str(math.ceil(n / sqrt_k(n)))
+    assert answer["sqrt-checkpoints"] == str(sqrt.activation_plan.checkpoints)
+    verdict = "fits" if base.peak_bytes <= profile.memory_bytes else "does not fit"
+    assert answer["fits"] == f"{format_bytes(base.peak_bytes)}: {verdict}"
+
+    # Cheapest way to fit: least recompute + transfer time among the candidates that fit.
+    best = None
+    for r in (Recompute.none, Recompute.selective, Recompute.every_k, Recompute.full):
+        for offload in (
+            (),
+            ("optimizer=cpu",),
+            ("activations=cpu",),
+            ("optimizer=cpu", "activations=cpu"),
+        ):
+            opts = Options(
+                recompute=r,
+                every=sqrt_k(n) if r is Recompute.every_k else None,
+                offload=tuple(Offload.parse(o) for o in offload),
+            )
+            b = estimate(spec, setup, profile, opts)
+            cost = b.extra_seconds + b.transfer_seconds
+            if b.peak_bytes <= profile.memory_bytes and (
+                best is None or (cost, b.peak_bytes) < best[:2]
+            ):
+                best = (cost, b.peak_bytes, opts)
+    expected = LABELS[Lang.en]["none_fits"] if best is None else strategy_label(best[2], Lang.en)
+    assert answer["cheapest-fit"] == expected
+    if base.fits:
+        assert expected == LABELS[Lang.en]["nothing_needed"]
+
+    for kind, q in questions.items():
+        # Both languages, same options in the same order for numbers; explanations show the
+        # learner's numbers; the correct answer is also in the Urdu explanation when numeric.
+        assert len(q.ur.options) == NUM_OPTIONS and q.ur.explanation.strip()
+        assert re.search("[\u0600-\u06ff]", q.ur.prompt), kind
+        assert spec.name in q.en.prompt or spec.name in q.en.explanation, kind
+        if kind in (
+            "weights",
+            "optimizer-states",
+            "activations",
+            "full-recompute-saves",
+            "full-recompute-flops",
+            "sqrt-checkpoints",
+        ):
+            assert q.ur.options[q.correct] == answer[kind]
+            assert answer[kind] in q.en.explanation and answer[kind] in q.ur.explanation, kind
+
+
+def test_generated_questions_cover_the_issue_list():
+    kinds = set(KINDS)
+    assert {
+        "optimizer-states",
+        "dominant-component",
+        "full-recompute-saves",
+        "full-recompute-flops",
+        "sqrt-checkpoints",
+        "fits",
+        "cheapest-fit",
+    } <= kinds
+    # Every generated concept or topic is a valid tag / Topic.
+    for kind in KINDS.values():
+        assert re.fullmatch(r"[a-z0-9][a-z0-9-]*", kind.concept)
+
+
+def test_distractors_are_the_named_mistakes():
+    """Llama-2-7B, bf16-mixed AdamW: the wrong options are the classic mistakes."""
+    spec, setup, gpu = preset("llama-2-7b"), TrainingSetup(), load_profile("a100-sxm-80gb")
+    qs = {q.id: q for q in model_questions(spec, setup, gpu)}
+    base = estimate(spec, setup, gpu)
+    opt = qs["model-optimizer-states"].en.options
+    assert format_bytes(base.optimizer_bytes - base.optimizer_detail.master_weight_bytes) in opt
+    assert format_bytes(base.optimizer_bytes * 2**30 // 10**9) in opt  # GB read as GiB
+    assert {"16 bytes", "14 bytes"} <= set(qs["model-bytes-per-param"].en.options)
+    full = estimate(spec, setup, gpu, Options(recompute=Recompute.full))
+    saves = qs["model-full-recompute-saves"].en.options
+    assert format_bytes(base.activation_bytes) in saves  # full recompute counted as zero
+    acts = qs["model-activations"].en.options
+    assert format_bytes(base.activation_plan.block_stored[0]) in acts  # one layer's share
+    assert format_bytes(full.activation_bytes) in acts  # not zero under full recompute
+
+
+# --- selection and shuffling -----------------------------------------------------------------
+
+
+def test_same_seed_same_quiz_and_options_are_shuffled():
+    a = reveal("--seed", "11", "--count", "12")
+    assert a == reveal("--seed", "11", "--count", "12")
+    assert a["questions"] != reveal("--seed", "12", "--count", "12")["questions"]
+    # Generated questions are built with the correct option first; shuffling moves it.
+    positions = {q["correct"] for q in reveal("--seed", "3", "--source", "model")["questions"]}
+    assert len(positions) > 1
+
+
+def test_default_mixes_bank_and_model_half_and_half():
+    data = reveal("--seed", "5")
+    sources = [q["source"] for q in data["questions"]]
+    assert len(sources) == 10 and sources.count("bank") == 5 and sources.count("model") == 5
+    assert all(q["id"].startswith("model-") == (q["source"] == "model") for q in data["questions"])
+
+
+def test_filters_and_sources():
+    data = reveal("--topic", "recompute", "--difficulty", "medium,hard", "--seed", "2")
+    assert data["questions"]
+    assert {q["topic"] for q in data["questions"]} == {"recompute"}
+    assert {q["difficulty"] for q in data["questions"]} <= {"medium", "hard"}
+    assert all(q["source"] == "bank" for q in reveal("--source", "bank")["questions"])
+    model_only = reveal("--source", "model", "--count", "50")
+    assert len(model_only["questions"]) == len(KINDS)
+    multi = reveal("--topic", "offload", "--topic", "precision", "--count", "50")
+    assert {q["topic"] for q in multi["questions"]} == {"offload", "precision"}
+
+
+def test_count_larger_than_the_pool_says_so():
+    result = quiz("--source", "model", "--count", "50", "--reveal")
+    assert result.exit_code == 0
+    assert f"note: only {len(KINDS)} questions match" in result.stderr
+
+
+# --- the interactive loop --------------------------------------------------------------------
+
+QUIZ3 = ("--model", "llama-2-7b", "--gpu", "a100-sxm-80gb", "--count", "3", "--seed", "7")
+
+
+def test_interactive_right_wrong_and_invalid_then_valid():
+    questions = reveal(*QUIZ3)["questions"]
+    c = [q["correct"] for q in questions]
+    typed = f"{c[0]}\n{_wrong(c[1])}\nx\n7\n\n{LETTERS.index(c[2]) + 1}\n"
+    result = quiz(*QUIZ3, input=typed)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.startswith("memcalc quiz: 3 questions. Your model: llama-2-7b")
+    assert "Question 1/3" in out and "Question 3/3" in out
+    assert out.count("Right! ") == 2
+    correct_1 = f"{c[1]}) {questions[1]['options'][LETTERS.index(c[1])]}"
+    assert f"The correct answer is {correct_1}" in out
+    assert out.count("Please answer with a letter a-d or a number 1-4") == 3
+    for q in questions:
+        assert q["prompt"] in out and f"Why: {q['explanation']}" in out
+    assert "Score: 2/3 (67%)" in out
+    assert f"Concepts to review: {questions[1]['concept']}" in out
+    assert "Quiz ended" not in out
+
+
+def test_eof_mid_quiz_ends_cleanly_with_the_score_so_far():
+    questions = reveal(*QUIZ3)["questions"]
+    result = quiz(*QUIZ3, input=f"{questions[0]['correct']}\n")
+    assert result.exit_code == 0 and result.exception is None
+    assert "Traceback" not in result.output
+    assert "Question 2/3" in result.stdout and "Question 3/3" not in result.stdout
+    assert "Quiz ended after 1 of 3 questions." in result.stdout
+    assert "Score: 1/1 (100%)" in result.stdout
+    assert "Nothing to review: every answer was right." in result.stdout
+
+
+def test_eof_before_any_answer_and_q_to_quit():
+    result = quiz(*QUIZ3, input="")
+    assert result.exit_code == 0 and result.exception is None
+    assert "Quiz ended after 0 of 3 questions." in result.stdout
+    assert "No question answered." in result.stdout
+    result = quiz(*QUIZ3, input="q\n")
+    assert result.exit_code == 0 and "Quiz ended after 0 of 3 questions." in result.stdout
+
+
+def test_ctrl_c_ends_cleanly(monkeypatch):
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(quiz_module.typer, "prompt", interrupted)
+    result = quiz(*QUIZ3)
+    assert result.exit_code == 0 and result.exception is None
+    assert "Quiz ended after 0 of 3 questions." in result.stdout
+
+
+def test_parse_answer():
+    assert [parse_answer(x) for x in ("a", "B", " c ", "d)", "1", "4.")] == [0, 1, 2, 3, 0, 3]
+    assert [parse_answer(x) for x in ("", "e", "0", "5", "ab", "-1")] == [None] * 6
+
+
+# --- scripted, study sheet, languages --------------------------------------------------------
+
+
+def test_scripted_json_scores_the_answers():
+    questions = reveal(*QUIZ3[:4], "--seed", "9", "--count", "4")["questions"]
+    c = [q["correct"] for q in questions]
+    given = [c[0], _wrong(c[1]), c[2], _wrong(c[3])]
+    result = quiz(*QUIZ3[:4], "--seed", "9", "--answers", ",".join(given), "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["score"] == {"correct": 2, "answered": 4, "total": 4}
+    assert [q["answer"] for q in data["questions"]] == given
+    assert [q["is_correct"] for q in data["questions"]] == [True, False, True, False]
+    for q in data["questions"]:
+        assert set(q) >= {
+            "id",
+            "concept",
+            "prompt",
+            "options",
+            "answer",
+            "correct",
+            "is_correct",
+            "explanation",
+        }
+    assert data["review"] == list(dict.fromkeys([questions[1]["concept"], questions[3]["concept"]]))
+
+
+def test_scripted_text_shows_each_answer():
+    questions = reveal("--seed", "4", "--count", "2")["questions"]
+    answers = f"{questions[0]['correct']},{_wrong(questions[1]['correct'])}"
+    result = quiz("--seed", "4", "--answers", answers)
+    assert result.exit_code == 0
+    assert f"Your answer (a-d, q to quit): {questions[0]['correct']}" in result.stdout
+    assert "Right! " in result.stdout and "Wrong: you chose " in result.stdout
+    assert "Score: 1/2 (50%)" in result.stdout
+
+
+def test_reveal_study_sheet_text_and_json():
+    result = quiz("--reveal", "--seed", "1", "--count", "6")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("memcalc quiz study sheet: 6 questions with answers.")
+    assert result.stdout.count("\nAnswer: ") == 6 and result.stdout.count("\nWhy: ") == 6
+    data = reveal("--seed", "1", "--count", "6")
+    assert data["score"] is None
+    assert all(q["answer"] is None and q["is_correct"] is None for q in data["questions"])
+    for q in data["questions"]:
+        assert (
+            f"Answer: {q['correct']}) {q['options'][LETTERS.index(q['correct'])]}" in result.stdout
+        )
+
+
+def test_urdu_quiz():
+    en, ur = reveal(*QUIZ3), reveal(*QUIZ3, lang="ur")
+    assert [q["id"] for q in en["questions"]] == [q["id"] for q in ur["questions"]]
+    assert [q["correct"] for q in en["questions"]] == [q["correct"] for q in ur["questions"]]
+    bank = {q.id: q for q in load_bank()}
+    for q in ur["questions"]:
+        assert re.search("[\u0600-\u06ff]", q["prompt"]) and re.search(
+            "[\u0600-\u06ff]", q["explanation"]
+        )
+        if q["id"] in bank:
+            assert q["prompt"] == bank[q["id"]].ur.prompt
+    first = ur["questions"][0]["correct"]
+    result = quiz(*QUIZ3, "--lang", "ur", input=f"{first}\n")
+    assert result.exit_code == 0
+    assert "سوال 1/3" in result.stdout and "درست! " in result.stdout
+    assert "اسکور: 1/1 (100%)" in result.stdout
+    sheet = quiz(*QUIZ3, "--lang", "ur", "--reveal")
+    assert sheet.exit_code == 0 and sheet.stdout.count("\nجواب: ") == 3
+
+
+# --- bad input: one line, naming the flag and the allowed values, exit code 2 -----------------
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (
+            ("--topic", "memory"),
+            "--topic: unknown value 'memory'; choose one of: recompute, "
+            "activations, parameters, optimizer, attention, offload, "
+            "precision, sharding",
+        ),
+        (("--topic", "recompute,nope"), "--topic: unknown value 'nope'"),
+        (
+            ("--difficulty", "expert"),
+            "--difficulty: unknown value 'expert'; choose one of: easy, medium, hard",
+        ),
+        (("--lang", "fr"), "--lang: unknown value 'fr'; choose one of: en, ur"),
+        (("--format", "xml"), "--format: unknown value 'xml'; choose one of: text, json"),
+        (("--source", "web"), "--source: unknown value 'web'; choose one of: mixed, bank, model"),
+        (("--precision", "int4"), "--precision: unknown value 'int4'; choose one of: fp32"),
+        (("--answers", "b,e,a"), "--answers: answer 2 is 'e'; use one of: a, b, c, d (or 1-4)"),
+        (("--answers", "b,,a"), "--answers: answer 2 is ''"),
+        (("--answers", "a,b", "--count", "3"), "--answers: got 2 answers for 3 questions"),
+        (("--answers", "a", "--reveal"), "--reveal: cannot be combined with --answers"),
+        (("--format", "json"), "--format: json needs --answers or --reveal"),
+        (("--count", "0"), "--count: must be a positive integer; got 0"),
+        (("--batch", "0"), "--batch: must be a positive integer; got 0"),
+        (("--model", "gtp2"), "--model: unknown value 'gtp2'; choose one of:"),
+        (("--gpu", "h1000"), "--gpu: unknown value 'h1000'; choose one of:"),
+        (("--source", "model", "--topic", "sharding"), "--topic sharding: no question matches"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, expected):
+    result = quiz(*args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"error: {expected}")
+    assert result.stderr.count("\n") == 1
+    assert "Traceback" not in result.output
+
+
+# --- packaging rules and the README section --------------------------------------------------
+
+
+def test_quiz_never_imports_torch():
+    code = (
+        "import sys, memcalc.quiz.command, memcalc.quiz.generate; sys.exit('torch' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def _doc_session() -> tuple[list[str], str]:
+    """The example session in docs/quiz.md: its command's arguments and its transcript."""
+    text = DOC.read_text(encoding="utf-8")
+    block = re.search(r"<!-- example-session -->\s*```text\n(.*?)```", text, re.S)
+    assert block, "docs/quiz.md: no ```text block after <!-- example-session -->"
+    first, _, transcript = block.group(1).partition("\n")
+    assert first.startswith("$ memcalc quiz ")
+    return first.removeprefix("$ memcalc quiz ").split(), transcript
+
+
+def test_doc_example_session_is_what_the_quiz_prints():
+    """The transcript was run for real; replaying the typed answers must print it again."""
+    args, transcript = _doc_session()
+    typed = re.findall(r"^(?:Your answer \(a-d, q to quit\): )(.*)$", transcript, re.M)
+    result = quiz(*args, input="".join(f"{t}\n" for t in typed))
+    assert result.exit_code == 0
+    assert result.stdout.rstrip("\n") == transcript.rstrip("\n"), (
+        "docs/quiz.md example session is stale: run `memcalc quiz "
+        + " ".join(args)
+        + "`, answer as in the doc, and paste the new transcript"
+    )
+
+
+def test_doc_commands_run():
+    text = DOC.read_text(encoding="utf-8")
+    commands = re.findall(r"^memcalc quiz((?:\s.*?)?)(?:\s+#.*)?$", text, re.M)
+    assert len(commands) >= 5
+    for rest in commands:
+        args = rest.split()
+        if "--reveal" not in args and "--answers" not in args:
+            args += ["--count", "1"]  # interactive: answer one question, then end of input
+        result = quiz(*args, input="a\n")
+        assert result.exit_code == 0, (rest, result.output)
+
+
+def test_without_seed_the_drawn_seed_is_printed_and_replays_the_quiz():
+    first = quiz("--reveal", "--count", "4")
+    assert first.exit_code == 0
+    seed = re.search(r"Seed (\d+)\.", first.stdout).group(1)
+    again = quiz("--reveal", "--count", "4", "--seed", seed)
+    assert again.stdout == first.stdout
