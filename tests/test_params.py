@@ -2,7 +2,7 @@
 
 import pytest
 
-from memcalc.params import count_params
+from memcalc.params import count_params, param_tensors
 from memcalc.spec.presets import PRESETS
 
 # Published totals (HF model cards / `sum(p.numel() for p in model.parameters())`).
@@ -66,3 +66,7 @@ def test_preset_matches_hf_implementation_on_meta_device(name):
     counts = count_params(spec)
     assert sum(p.numel() for p in params) == counts.total
     assert len(params) == counts.tensors
+    # Tensor by tensor: the same names and element counts as the HF implementation.
+    ours = {t.name: t.numel for t in param_tensors(spec)}
+    theirs = {name: p.numel() for name, p in model.named_parameters()}
+    assert ours == theirs

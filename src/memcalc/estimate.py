@@ -52,7 +52,7 @@ class Options:
 class Breakdown:
     """Memory of one training step on one GPU, in bytes, with costs. Totals are computed."""
 
-    model: ModelSpec
+    model_name: str
     setup: TrainingSetup
     gpu: GpuProfile
     options: Options
@@ -140,7 +140,7 @@ def estimate(
     *,
     graph: OpGraph | None = None,
 ) -> Breakdown:
-    """The Breakdown of one training step.
+    """The Breakdown of one training step of a ModelSpec (lowered to its op graph).
 
     GPT-2 small, fp32 AdamW, no recompute: 4 + 4 + 8 bytes per parameter.
 
@@ -154,8 +154,23 @@ def estimate(
         spec = spec.with_dropout(setup.dropout)
         setup = setup.model_copy(update={"dropout": None})
     graph = graph or lower(spec, setup)
-    counts = count_params(spec)
-    opt = optimizer_bytes(spec, setup, counts)
+    tied = "tied embedding counted once" if spec.tied else "untied embedding and LM head"
+    return estimate_graph(spec.name, graph, count_params(spec), setup, gpu, options, notes=(tied,))
+
+
+def estimate_graph(
+    model_name: str,
+    graph: OpGraph,
+    counts: ParamCounts,
+    setup: TrainingSetup,
+    gpu: GpuProfile,
+    options: Options = Options(),
+    *,
+    notes: tuple[str, ...] = (),
+) -> Breakdown:
+    """The Breakdown of one training step of any op graph (lowered or traced) with its
+    parameter tensors' counts."""
+    opt = optimizer_bytes(setup, counts)
     plan = plan_for(
         graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
     )
@@ -168,7 +183,7 @@ def estimate(
         f"{setup.gradient_dtype.value}, optimizer states {setup.optimizer_dtype.value}"
         + (", fp32 master weights" if setup.precision.is_mixed else ""),
         f"attention kernel {setup.attention.value}; loss {setup.loss.value}",
-        "tied embedding counted once" if spec.tied else "untied embedding and LM head",
+        *notes,
         f"runtime overhead {gpu.runtime_overhead_bytes} bytes from the GPU profile "
         "(context + workspaces); allocator fragmentation not included",
         "logits are freed after the loss (as HF Trainer does); keeping model outputs alive "
@@ -198,8 +213,7 @@ def estimate(
         gpu_opt, step_temp = 0, 0
         assumptions.append(f"optimizer step on the CPU ({where}); CPU Adam time not included")
     if OffloadWhat.params in offloaded:
-        block_params = (counts.attention + counts.mlp) // spec.num_layers
-        resident = max(2 * block_params, counts.embedding, counts.head)
+        resident = max(2 * counts.per_block, counts.embedding, counts.head)
         gpu_params = resident * setup.weight_dtype.itemsize
         gpu_grads = resident * setup.gradient_dtype.itemsize
         traffic = Traffic(
@@ -246,7 +260,7 @@ def estimate(
     if gpu_acts != plan.stored_bytes:
         comp = {k: 0 for k in comp} | {"output": gpu_acts}
     return Breakdown(
-        model=spec,
+        model_name=model_name,
         setup=setup,
         gpu=gpu,
         options=options,

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memcalc.params import ParamCounts
-from memcalc.spec.model import ModelSpec
+from memcalc.params import BNB_BLOCK, ParamCounts
 from memcalc.spec.training import OptimizerKind, TrainingSetup
 
 _STATES_PER_PARAM = {
@@ -25,8 +24,6 @@ _STATES_PER_PARAM = {
     OptimizerKind.lion: 1,
 }
 _HAS_STEP_TENSOR = {OptimizerKind.adam, OptimizerKind.adamw, OptimizerKind.adamw_8bit}
-BNB_BLOCK = 2048
-BNB_MIN_NUMEL = 4096
 
 
 @dataclass(frozen=True)
@@ -48,7 +45,7 @@ class OptimizerBytes:
         return self.state_bytes + self.master_weight_bytes + self.step_tensor_bytes
 
 
-def optimizer_bytes(spec: ModelSpec, setup: TrainingSetup, counts: ParamCounts) -> OptimizerBytes:
+def optimizer_bytes(setup: TrainingSetup, counts: ParamCounts) -> OptimizerBytes:
     """State, master weights and step temporaries for ``setup.optimizer``.
 
     Mixed-precision AdamW on GPT-2 small: 12 bytes per parameter (fp32 master + m + v):
@@ -56,7 +53,7 @@ def optimizer_bytes(spec: ModelSpec, setup: TrainingSetup, counts: ParamCounts) 
     >>> from memcalc.spec.presets import preset
     >>> from memcalc.params import count_params
     >>> spec = preset("gpt2"); setup = TrainingSetup(precision="bf16-mixed")
-    >>> ob = optimizer_bytes(spec, setup, count_params(spec))
+    >>> ob = optimizer_bytes(setup, count_params(spec))
     >>> (ob.state_bytes + ob.master_weight_bytes) // count_params(spec).total
     12
     """
@@ -64,27 +61,15 @@ def optimizer_bytes(spec: ModelSpec, setup: TrainingSetup, counts: ParamCounts) 
     p = counts.total
     state_size = setup.optimizer_dtype.itemsize
     if kind is OptimizerKind.adamw_8bit:
-        # Every tensor is big except norms and biases: approximate "small" as the norms.
-        big = p - counts.norms
-        state = 2 * (big + 4 * -(-big // BNB_BLOCK)) + 2 * 4 * counts.norms
+        big = p - counts.small_tensor_numel
+        state = 2 * (big + 4 * -(-big // BNB_BLOCK)) + 2 * 4 * counts.small_tensor_numel
     elif kind is OptimizerKind.adafactor:
-        state = _adafactor_state_elements(spec) * 4
+        state = counts.adafactor_state_elements * 4
     else:
         state = _STATES_PER_PARAM[kind] * p * state_size
     master = 4 * p if setup.precision.is_mixed else 0
     step = 4 * counts.tensors if kind in _HAS_STEP_TENSOR else 0
     return OptimizerBytes(state, master, step, _step_temporaries(setup, counts))
-
-
-def _adafactor_state_elements(spec: ModelSpec) -> int:
-    """Adafactor keeps, per matrix, a row vector and a column vector; per vector its size."""
-    h, m, v, kv, n = spec.hidden_size, spec.mlp_size, spec.vocab_size, spec.kv_size, spec.num_layers
-    gated = 0 if spec.is_gpt2 else 1
-    per_block = (h + h) + 2 * (h + kv) + (h + h) + (1 + gated) * (h + m) + (m + h)
-    vectors = (2 * n + 1) * (2 * h if spec.is_gpt2 else h)
-    embed = (v + h) + ((spec.max_position_embeddings + h) if spec.is_gpt2 else 0)
-    head = 0 if spec.tied else v + h
-    return n * per_block + vectors + embed + head
 
 
 def _step_temporaries(setup: TrainingSetup, counts: ParamCounts) -> int:

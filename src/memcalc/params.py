@@ -1,15 +1,41 @@
-"""Exact parameter counts per component, from the shapes of the real implementations.
+"""Exact parameter counts per component, from the parameter tensors of the real implementations.
 
-Sources: HF ``GPT2LMHeadModel`` (Conv1D weights h x 3h etc., LayerNorm weight + bias, learned
-``wpe``, ``lm_head`` tied to ``wte``) and HF ``LlamaForCausalLM`` (``nn.Linear`` q/k/v/o,
-gate/up/down, RMSNorm weight only, rotary positions have no parameters).
+``param_tensors`` lists every parameter tensor a model has, with its shape, in the layout of
+HF ``GPT2LMHeadModel`` (Conv1D weights h x 3h etc., LayerNorm weight + bias, learned ``wpe``,
+``lm_head`` tied to ``wte``) or HF ``LlamaForCausalLM`` (``nn.Linear`` q/k/v/o, gate/up/down,
+RMSNorm weight only; rotary positions have no parameters). Everything else -- totals, the
+number of tensors, the Adafactor and 8-bit-Adam state sizes -- is computed from that list, so
+a traced model (``memcalc trace``) gets the same accounting from its own tensors.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memcalc.spec.model import ModelSpec
+
+COMPONENTS = ("embedding", "attention", "mlp", "norms", "head")
+
+BNB_MIN_NUMEL = 4096
+"""bitsandbytes keeps tensors with fewer elements than this in 32-bit state."""
+BNB_BLOCK = 2048
+"""bitsandbytes block-wise quantisation: one fp32 absmax per 2048 elements per state."""
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """One parameter tensor: its name, shape and the component it belongs to."""
+
+    name: str
+    shape: tuple[int, ...]
+    component: str
+    """One of COMPONENTS."""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -30,23 +56,103 @@ class ParamCounts:
     """Number of parameter tensors (optimizers keep one ``step`` tensor per tensor)."""
     largest_tensor: int
     """Elements of the largest parameter tensor (sets non-foreach optimizer temporaries)."""
+    per_block: int
+    """Parameters of one block (its projections and norms)."""
     lm_head_numel: int
     """V x h: the LM head's weight, whether it is its own tensor or tied to the embedding."""
     final_norm: int
-    """Elements of the final norm (each block has two norms of this size)."""
+    """Elements of the norm after the last block."""
+    adafactor_state_elements: int
+    """Adafactor's factored second moment: rows + columns per matrix, numel per vector."""
+    small_tensor_numel: int
+    """Elements in tensors under BNB_MIN_NUMEL (8-bit optimizers keep them in 32 bit)."""
 
     @property
     def total(self) -> int:
         return self.embedding + self.attention + self.mlp + self.norms + self.head
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "embedding": self.embedding,
-            "attention": self.attention,
-            "mlp": self.mlp,
-            "norms": self.norms,
-            "head": self.head,
-        }
+        return {c: getattr(self, c) for c in COMPONENTS}
+
+    @classmethod
+    def from_tensors(
+        cls,
+        tensors: Iterable[ParamTensor],
+        *,
+        num_blocks: int,
+        lm_head_numel: int,
+        final_norm: int,
+    ) -> ParamCounts:
+        """Totals from the list of parameter tensors (each tensor once)."""
+        items = list(tensors)
+        by_comp = {c: sum(t.numel for t in items if t.component == c) for c in COMPONENTS}
+        block_total = by_comp["attention"] + by_comp["mlp"] + by_comp["norms"] - final_norm
+        return cls(
+            **by_comp,
+            tensors=len(items),
+            largest_tensor=max(t.numel for t in items),
+            per_block=block_total // num_blocks,
+            lm_head_numel=lm_head_numel,
+            final_norm=final_norm,
+            adafactor_state_elements=sum(
+                t.shape[0] + t.shape[1] if len(t.shape) == 2 else t.numel for t in items
+            ),
+            small_tensor_numel=sum(t.numel for t in items if t.numel < BNB_MIN_NUMEL),
+        )
+
+
+def param_tensors(spec: ModelSpec) -> list[ParamTensor]:
+    """Every parameter tensor of the HF implementation of ``spec`` (tied weights once).
+
+    >>> from memcalc.spec.presets import preset
+    >>> len(param_tensors(preset("gpt2")))  # as len(list(GPT2LMHeadModel(...).parameters()))
+    148
+    """
+    h, v, kv, m = spec.hidden_size, spec.vocab_size, spec.kv_size, spec.mlp_size
+    out: list[ParamTensor] = []
+
+    def linear(name: str, fan_in: int, fan_out: int, bias: bool, comp: str) -> None:
+        # HF Conv1D stores (in, out), nn.Linear (out, in): the same elements either way.
+        out.append(ParamTensor(f"{name}.weight", (fan_out, fan_in), comp))
+        if bias:
+            out.append(ParamTensor(f"{name}.bias", (fan_out,), comp))
+
+    def norm(name: str) -> None:
+        out.append(ParamTensor(f"{name}.weight", (h,), "norms"))
+        if spec.is_gpt2:  # LayerNorm has a bias, RMSNorm does not
+            out.append(ParamTensor(f"{name}.bias", (h,), "norms"))
+
+    if spec.is_gpt2:
+        out.append(ParamTensor("transformer.wte.weight", (v, h), "embedding"))
+        out.append(
+            ParamTensor("transformer.wpe.weight", (spec.max_position_embeddings, h), "embedding")
+        )
+        for i in range(spec.num_layers):
+            p = f"transformer.h.{i}"
+            norm(f"{p}.ln_1")
+            linear(f"{p}.attn.c_attn", h, h + 2 * kv, spec.has_qkv_bias, "attention")
+            linear(f"{p}.attn.c_proj", h, h, spec.has_out_bias, "attention")
+            norm(f"{p}.ln_2")
+            linear(f"{p}.mlp.c_fc", h, m, spec.has_mlp_bias, "mlp")
+            linear(f"{p}.mlp.c_proj", m, h, spec.has_mlp_bias, "mlp")
+        norm("transformer.ln_f")
+    else:
+        out.append(ParamTensor("model.embed_tokens.weight", (v, h), "embedding"))
+        for i in range(spec.num_layers):
+            p = f"model.layers.{i}"
+            norm(f"{p}.input_layernorm")
+            linear(f"{p}.self_attn.q_proj", h, h, spec.has_qkv_bias, "attention")
+            linear(f"{p}.self_attn.k_proj", h, kv, spec.has_qkv_bias, "attention")
+            linear(f"{p}.self_attn.v_proj", h, kv, spec.has_qkv_bias, "attention")
+            linear(f"{p}.self_attn.o_proj", h, h, spec.has_out_bias, "attention")
+            norm(f"{p}.post_attention_layernorm")
+            linear(f"{p}.mlp.gate_proj", h, m, spec.has_mlp_bias, "mlp")
+            linear(f"{p}.mlp.up_proj", h, m, spec.has_mlp_bias, "mlp")
+            linear(f"{p}.mlp.down_proj", m, h, spec.has_mlp_bias, "mlp")
+        norm("model.norm")
+    if not spec.tied:
+        out.append(ParamTensor("lm_head.weight", (v, h), "head"))
+    return out
 
 
 def count_params(spec: ModelSpec) -> ParamCounts:
@@ -60,58 +166,9 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     >>> count_params(preset("llama-2-7b")).total
     6738415616
     """
-    h, n, v = spec.hidden_size, spec.num_layers, spec.vocab_size
-    kv, m = spec.kv_size, spec.mlp_size
-
-    def linear(fan_in: int, fan_out: int, bias: bool) -> int:
-        return fan_in * fan_out + (fan_out if bias else 0)
-
-    token_embedding = v * h
-    position_embedding = spec.max_position_embeddings * h if spec.is_gpt2 else 0
-    attn_per_block = (
-        linear(h, h, spec.has_qkv_bias)
-        + 2 * linear(h, kv, spec.has_qkv_bias)
-        + linear(h, h, spec.has_out_bias)
+    return ParamCounts.from_tensors(
+        param_tensors(spec),
+        num_blocks=spec.num_layers,
+        lm_head_numel=spec.vocab_size * spec.hidden_size,
+        final_norm=2 * spec.hidden_size if spec.is_gpt2 else spec.hidden_size,
     )
-    gated = not spec.is_gpt2
-    mlp_per_block = (2 if gated else 1) * linear(h, m, spec.has_mlp_bias) + linear(
-        m, h, spec.has_mlp_bias
-    )
-    norm_size = 2 * h if spec.is_gpt2 else h  # LayerNorm: weight + bias; RMSNorm: weight
-    norms = (2 * n + 1) * norm_size
-    head = 0 if spec.tied else v * h
-
-    tensors = _count_tensors(spec)
-    largest = max(v * h, h * max(h, m), position_embedding)
-    return ParamCounts(
-        embedding=token_embedding + position_embedding,
-        attention=n * attn_per_block,
-        mlp=n * mlp_per_block,
-        norms=norms,
-        head=head,
-        tensors=tensors,
-        largest_tensor=largest,
-        lm_head_numel=v * h,
-        final_norm=norm_size,
-    )
-
-
-def _count_tensors(spec: ModelSpec) -> int:
-    """Number of parameter tensors, as ``len(list(model.parameters()))``."""
-    n = spec.num_layers
-    if spec.is_gpt2:
-        # gpt2 fuses q,k,v into one Conv1D (c_attn): weight+bias each for c_attn, c_proj,
-        # c_fc, mlp.c_proj, ln_1, ln_2 -> but biases follow the flags.
-        attn = 2 + int(spec.has_qkv_bias) + int(spec.has_out_bias)
-        mlp = 2 + 2 * int(spec.has_mlp_bias)
-        per_block = attn + mlp + 4  # two LayerNorms with weight and bias
-        embeddings = 2  # wte, wpe
-        final = 2  # ln_f weight, bias
-    else:
-        attn = 4 + 3 * int(spec.has_qkv_bias) + int(spec.has_out_bias)
-        mlp = 3 + 3 * int(spec.has_mlp_bias)
-        per_block = attn + mlp + 2  # two RMSNorm weights
-        embeddings = 1
-        final = 1
-    head = 0 if spec.tied else 1
-    return embeddings + n * per_block + final + head

@@ -72,7 +72,7 @@ def _context(b: Breakdown) -> dict[str, Any]:
     s = b.setup
     return {
         "schema_version": JSON_SCHEMA_VERSION,
-        "model": b.model.name,
+        "model": b.model_name,
         "parameter_count": b.params.total,
         "parameter_count_by_component": b.params.as_dict(),
         "gpu": b.gpu.name,
@@ -137,7 +137,7 @@ def _row(b: Breakdown, unit: Unit) -> list[str]:
 def _header(b: Breakdown, unit: Unit) -> str:
     s = b.setup
     return (
-        f"{b.model.name} ({b.params.total:,} parameters) on {b.gpu.display_name} "
+        f"{b.model_name} ({b.params.total:,} parameters) on {b.gpu.display_name} "
         f"({_fmt(b.gpu.memory_bytes, unit)} {unit.value}); batch {s.batch} x seq {s.seq}, "
         f"{s.precision.value}, {s.optimizer.value}, attention {s.attention.value}. "
         f"Memory in {unit.value}."

@@ -81,7 +81,7 @@ def step_timeline(
     # embedding's autograd input buffer until the embedding's own gradient arrives) and the
     # final norm's; then each block adds its projections' and its two norms' gradients.
     head_grads = (counts.lm_head_numel + counts.final_norm) * g
-    per_block_grads = ((counts.attention + counts.mlp) // n + 2 * counts.final_norm) * g
+    per_block_grads = counts.per_block * g
 
     def grads(value: int) -> int:
         return value if grads_resident else min(value, grads_bytes)
