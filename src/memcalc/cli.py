@@ -44,29 +44,10 @@ app.add_typer(profiles_app, name="profiles")
 app.add_typer(models_app, name="models")
 
 
-def _setup(
-    batch: int,
-    seq: int,
-    precision: Precision,
-    grad_dtype: DType | None,
-    optimizer: OptimizerKind,
-    foreach: bool,
-    attention: Attention,
-    loss: Loss,
-    dropout: float | None,
-) -> TrainingSetup:
+def training_setup(**fields: object) -> TrainingSetup:
+    """A TrainingSetup from command-line values; a validation error becomes one line."""
     try:
-        return TrainingSetup(
-            batch=batch,
-            seq=seq,
-            precision=precision,
-            grad_dtype=grad_dtype,
-            optimizer=optimizer,
-            optimizer_foreach=foreach,
-            attention=attention,
-            loss=loss,
-            dropout=dropout,
-        )
+        return TrainingSetup(**fields)  # type: ignore[arg-type]
     except ValidationError as e:
         raise MemcalcError(validation_message("options", e)) from None
 
@@ -107,6 +88,12 @@ def estimate_command(
     dropout: Annotated[
         float | None, typer.Option(help="Override every dropout rate (default: from the model).")
     ] = None,
+    gpus: Annotated[
+        int, typer.Option(help="Data-parallel GPUs sharing ZeRO shards (per-GPU memory shown).")
+    ] = 1,
+    zero: Annotated[
+        int, typer.Option(help="ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters.")
+    ] = 0,
     recompute: Annotated[
         Recompute | None, typer.Option(help="One recompute strategy (prints a detailed breakdown).")
     ] = None,
@@ -133,7 +120,19 @@ def estimate_command(
     and activations under each recompute / offload strategy, and say whether it fits."""
     spec = load_model(model)
     profile = load_profile(gpu)
-    setup = _setup(batch, seq, precision, grad_dtype, optimizer, foreach, attention, loss, dropout)
+    setup = training_setup(
+        batch=batch,
+        seq=seq,
+        precision=precision,
+        grad_dtype=grad_dtype,
+        optimizer=optimizer,
+        optimizer_foreach=foreach,
+        attention=attention,
+        loss=loss,
+        dropout=dropout,
+        gpus=gpus,
+        zero=zero,
+    )
     if not 0 < mfu <= 1:
         raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
     if every is not None and recompute is not Recompute.every_k:

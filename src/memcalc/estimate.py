@@ -17,6 +17,7 @@ from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.offload import DEFAULT_NVME_BYTES_PER_S, Offload, OffloadWhat, Traffic
 from memcalc.strategies.recompute import ActivationPlan, Recompute, plan_for
+from memcalc.strategies.sharding import Sharding
 from memcalc.timeline import Moment, step_timeline
 
 DEFAULT_MFU = 0.4
@@ -192,9 +193,14 @@ def estimate_graph(
     if setup.optimizer_foreach and opt.step_temporary_bytes:
         assumptions.append("foreach optimizer step: temporaries the size of all parameters")
 
+    sharding = Sharding(setup.gpus, setup.zero)
+    assumptions.append(sharding.describe())
+    params_b = sharding.share(params_b, from_stage=3)
+    grads_b = sharding.share(grads_b, from_stage=2)
+    opt_b = sharding.share(opt_b, from_stage=1)
     traffic = Traffic()
     gpu_params, gpu_grads, gpu_opt, gpu_acts = params_b, grads_b, opt_b, plan.stored_bytes
-    step_temp = opt.step_temporary_bytes
+    step_temp = sharding.share(opt.step_temporary_bytes, from_stage=1)
     if OffloadWhat.params in offloaded and OffloadWhat.optimizer not in offloaded:
         offloaded[OffloadWhat.optimizer] = Offload.parse("optimizer=cpu")
         assumptions.append("params=cpu implies optimizer=cpu (ZeRO-3 offload requires it)")
@@ -252,6 +258,7 @@ def estimate_graph(
         step_temporary_bytes=step_temp,
         grads_resident=OffloadWhat.params not in offloaded,
         activations_offloaded=OffloadWhat.activations in offloaded,
+        sharding=sharding,
     )
     peak = max(moments, key=lambda m: m.total_bytes)
     flops_per_s = gpu.matmul_flops_per_s(setup.activation_dtype) * options.mfu

@@ -15,6 +15,7 @@ from memcalc.graph.ops import Block, OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
 from memcalc.strategies.recompute import ActivationPlan
+from memcalc.strategies.sharding import NO_SHARDING, Sharding
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ def step_timeline(
     step_temporary_bytes: int,
     grads_resident: bool = True,
     activations_offloaded: bool = False,
+    sharding: Sharding = NO_SHARDING,
 ) -> list[Moment]:
     """Moments of one step (after ``zero_grad(set_to_none=True)``: no gradients at the start).
 
@@ -82,17 +84,32 @@ def step_timeline(
     # final norm's; then each block adds its projections' and its two norms' gradients.
     head_grads = (counts.lm_head_numel + counts.final_norm) * g
     per_block_grads = counts.per_block * g
+    full_grads = counts.total * g
 
-    def grads(value: int) -> int:
-        return value if grads_resident else min(value, grads_bytes)
+    w = setup.weight_dtype.itemsize
+
+    def grads(value: int, bucket: bool = True) -> int:
+        """Gradient bytes on this GPU when ``value`` bytes of full gradients exist."""
+        if not grads_resident:
+            return min(value, grads_bytes)
+        if sharding.shards_gradients:  # the current block's full gradients await reduce-scatter
+            return sharding.share(value, 2) + (per_block_grads if bucket else 0)
+        return value
+
+    def gathered(numel: int) -> int:
+        """ZeRO-3 / FSDP: full weights all-gathered for the part that runs now."""
+        return numel * w if sharding.shards_parameters else 0
 
     moments: list[Moment] = []
     acts = stored_activation_bytes
     if setup.loss is Loss.standard and graph.logits is not None:
         logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0)
-        moments.append(Moment("forward", "loss: log_softmax", P, 0, OPT, acts, logits))
+        head_p = P + gathered(counts.lm_head_numel)
+        moments.append(Moment("forward", "loss: log_softmax", head_p, 0, OPT, acts, logits))
         moments.append(
-            Moment("backward", "loss: _log_softmax_backward_data", P, 0, OPT, acts, 2 * T * V * 4)
+            Moment(
+                "backward", "loss: _log_softmax_backward_data", head_p, 0, OPT, acts, 2 * T * V * 4
+            )
         )
     residual_grad = graph.blocks[0].input.nbytes
     running_grads = head_grads
@@ -109,7 +126,7 @@ def step_timeline(
             Moment(
                 "backward",
                 f"block {i}: {where}",
-                P,
+                P + gathered(2 * counts.per_block),  # this block and the prefetched next
                 grads(running_grads),
                 OPT,
                 below + held,
@@ -121,15 +138,23 @@ def step_timeline(
         Moment(
             "backward",
             "embedding" + (" (tied weight add)" if tied_transient else ""),
-            P,
-            grads(grads_bytes),
+            P + gathered(counts.embedding),
+            grads(full_grads),
             OPT,
             outside,
             tied_transient,
         )
     )
     moments.append(
-        Moment("optimizer step", "step()", P, grads(grads_bytes), OPT, 0, step_temporary_bytes)
+        Moment(
+            "optimizer step",
+            "step()",
+            P,
+            grads(full_grads, bucket=False),
+            OPT,
+            0,
+            step_temporary_bytes,
+        )
     )
     return moments
 

@@ -136,6 +136,16 @@ class TrainingSetup(BaseModel):
     dropout: float | None = Field(
         default=None, ge=0.0, lt=1.0, description="Override every dropout rate of the model."
     )
+    gpus: int = Field(
+        default=1, gt=0, description="Data-parallel ranks that share ZeRO/FSDP shards."
+    )
+    zero: int = Field(
+        default=0,
+        ge=0,
+        le=3,
+        description="ZeRO stage (Rajbhandari et al. 2020): 1 shards optimizer states, "
+        "2 also gradients, 3 also parameters (FSDP full sharding).",
+    )
 
     @model_validator(mode="after")
     def _check_grad_dtype(self) -> TrainingSetup:

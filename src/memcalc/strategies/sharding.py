@@ -1,0 +1,56 @@
+"""ZeRO / FSDP sharding over data-parallel ranks: what each GPU keeps of the model states.
+
+Rajbhandari et al. 2020 (ZeRO, sec. 5): stage 1 partitions the optimizer states (and fp32
+master weights) over the N_d data-parallel ranks, stage 2 also the gradients, stage 3 also
+the parameters. FSDP (Zhao et al. 2023) is stage 3 with per-block all-gather: a block's full
+weights exist only while it runs (plus the next block's, prefetched), and a block's full
+gradients only until they are reduce-scattered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Per-GPU shares of the model states for ``gpus`` ranks at ZeRO ``stage``."""
+
+    gpus: int = 1
+    stage: int = 0
+
+    def share(self, num_bytes: int, from_stage: int) -> int:
+        """``num_bytes`` / N (rounded up) when this stage shards it, else all of it.
+
+        >>> Sharding(8, 1).share(800, from_stage=1), Sharding(8, 1).share(800, from_stage=2)
+        (100, 800)
+        """
+        if self.stage >= from_stage and self.gpus > 1:
+            return -(-num_bytes // self.gpus)
+        return num_bytes
+
+    @property
+    def shards_gradients(self) -> bool:
+        return self.stage >= 2 and self.gpus > 1
+
+    @property
+    def shards_parameters(self) -> bool:
+        return self.stage >= 3 and self.gpus > 1
+
+    def describe(self) -> str:
+        if self.gpus == 1:
+            return "1 GPU, no sharding" + (" (the ZeRO stage has no effect)" if self.stage else "")
+        what = {
+            0: "nothing sharded (plain DDP)",
+            1: "optimizer states sharded",
+            2: "optimizer states and gradients sharded",
+            3: "optimizer states, gradients and parameters sharded",
+        }[self.stage]
+        return (
+            f"{self.gpus} data-parallel GPUs, ZeRO-{self.stage}: {what}; gradient "
+            "communication time not included"
+        )
+
+
+NO_SHARDING = Sharding()
+"""One GPU, nothing sharded."""
