@@ -21,8 +21,9 @@ except ImportError:  # pragma: no cover - older typer uses click itself
     from click.exceptions import NoArgsIsHelpError, UsageError
 from memcalc.estimate import DEFAULT_MFU, Options, estimate
 from memcalc.params import count_params
+from memcalc.plan import plan
 from memcalc.profiles import DEFAULT_GPU, list_profiles, load_profile
-from memcalc.report import Format, render_detail, render_strategies
+from memcalc.report import Format, render_detail, render_plan, render_strategies
 from memcalc.spec.loaders import load_model, validation_message
 from memcalc.spec.presets import DEFAULT_MODEL, PRESETS
 from memcalc.spec.training import Attention, DType, Loss, OptimizerKind, Precision, TrainingSetup
@@ -158,6 +159,36 @@ def estimate_command(
         mfu=mfu,
     )
     typer.echo(render_detail(estimate(spec, setup, profile, options), format, unit))
+
+
+@app.command("plan")
+def plan_command(
+    model: Annotated[str, typer.Option(help="Preset name or spec / HF config.json path.")] = (
+        DEFAULT_MODEL
+    ),
+    gpu: Annotated[str, typer.Option(help="GPU profile name or file.")] = DEFAULT_GPU,
+    batch: Annotated[int, typer.Option(help="Micro-batch size per GPU.")] = 1,
+    seq: Annotated[int, typer.Option(help="Sequence length.")] = 1024,
+    precision: Annotated[Precision, typer.Option(help="Precision recipe.")] = Precision.bf16_mixed,
+    optimizer: Annotated[OptimizerKind, typer.Option(help="Optimizer.")] = OptimizerKind.adamw,
+    attention: Annotated[Attention, typer.Option(help="Attention kernel.")] = Attention.sdpa,
+    max_gpus: Annotated[int, typer.Option(help="Largest data-parallel size tried.")] = 8,
+    format: Annotated[Format, typer.Option(help="table, markdown, json or csv.")] = Format.table,
+    unit: Annotated[Unit, typer.Option(help="Memory unit.")] = Unit.GiB,
+) -> None:
+    """For 1, 2, 4, ... GPUs and each ZeRO stage: the cheapest recompute / offload strategy
+    that fits (least added step time), or that nothing fits."""
+    spec = load_model(model)
+    profile = load_profile(gpu)
+    if max_gpus < 1:
+        raise MemcalcError(f"--max-gpus: must be at least 1, got {max_gpus}")
+    setup = training_setup(
+        batch=batch, seq=seq, precision=precision, optimizer=optimizer, attention=attention
+    )
+    counts = [1 << i for i in range(max_gpus.bit_length()) if 1 << i <= max_gpus]
+    typer.echo(
+        render_plan(plan(spec, setup, profile, counts), spec.name, profile, fmt=format, unit=unit)
+    )
 
 
 @profiles_app.command("list")

@@ -273,6 +273,74 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
     return "\n".join(parts)
 
 
+def render_plan(rows, model_name: str, gpu, *, fmt: Format, unit: Unit) -> str:  # type: ignore[no-untyped-def]
+    """The plan: per GPU count and ZeRO stage, the cheapest fitting strategy."""
+    records = [
+        {
+            "gpus": r.gpus,
+            "zero": r.zero,
+            "fits": r.best is not None,
+            **(
+                {
+                    "strategy": r.best.strategy,
+                    "peak_bytes": r.best.peak_bytes,
+                    "added_seconds": r.best.extra_seconds + r.best.transfer_seconds,
+                    "step_seconds": r.best.step_seconds,
+                }
+                if r.best
+                else {
+                    "strategy": None,
+                    "peak_bytes": None,
+                    "added_seconds": None,
+                    "step_seconds": None,
+                }
+            ),
+        }
+        for r in rows
+    ]
+    if fmt is Format.json:
+        return json.dumps(
+            {
+                "schema_version": JSON_SCHEMA_VERSION,
+                "model": model_name,
+                "gpu": gpu.name,
+                "gpu_memory_bytes": gpu.memory_bytes,
+                "plan": records,
+            },
+            indent=2,
+        )
+    if fmt is Format.csv:
+        return _csv(records)
+    table = [
+        [
+            r["gpus"],
+            f"ZeRO-{r['zero']}",
+            r["strategy"] or "nothing fits",
+            _fmt(r["peak_bytes"], unit) if r["fits"] else "-",
+            f"+{format_seconds(r['added_seconds'])}" if r["fits"] else "-",
+        ]
+        for r in records
+    ]
+    head = (
+        f"{model_name} on {gpu.display_name} ({_fmt(gpu.memory_bytes, unit)} {unit.value} "
+        "each): cheapest strategy that fits, per data-parallel size and ZeRO stage "
+        "(added time = recompute + offload transfers, no overlap assumed)."
+    )
+    body = tabulate(
+        table,
+        headers=[
+            "GPUs",
+            "sharding",
+            "cheapest fitting strategy",
+            f"peak per GPU ({unit.value})",
+            "added time per step",
+        ],
+        tablefmt="github" if fmt is Format.markdown else "simple",
+        disable_numparse=True,
+    )
+    return f"{head}\n\n{body}"
+
+
 def _timeline_summary(b: Breakdown):  # type: ignore[no-untyped-def]
     """The timeline without the middle blocks (first, last, and the peak are kept)."""
     blocks = [m for m in b.timeline if m.where.startswith("block ")]

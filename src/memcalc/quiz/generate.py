@@ -15,28 +15,17 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from memcalc.estimate import Breakdown, Options, estimate
+from memcalc.plan import added_seconds, candidate_options, cheapest_fit
 from memcalc.profiles import GpuProfile
 from memcalc.quiz.bank import NUM_OPTIONS, Difficulty, Lang, Question, Text, Topic
 from memcalc.quiz.templates import CONTEXT, LABELS, TEMPLATES
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
-from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute, sqrt_k
 from memcalc.units import GB, GIB, Unit, format_bytes, format_flops, format_seconds
 
 MODEL_ID_PREFIX = "model-"
 """Generated question ids are ``model-<kind>``; bank ids never start with it."""
-
-RECOMPUTE_CANDIDATES = (Recompute.none, Recompute.selective, Recompute.every_k, Recompute.full)
-"""Recompute strategies tried when looking for the cheapest way to fit."""
-
-OFFLOAD_CANDIDATES: tuple[tuple[str, ...], ...] = (
-    (),
-    ("optimizer=cpu",),
-    ("activations=cpu",),
-    ("optimizer=cpu", "activations=cpu"),
-)
-"""Offload choices tried with each recompute strategy (``--offload`` syntax)."""
 
 
 class Kind(NamedTuple):
@@ -88,24 +77,10 @@ class ModelFacts:
         return sqrt_k(self.spec.num_layers)
 
 
-def strategy_options(num_layers: int) -> list[Options]:
-    """The candidates for "cheapest way to fit": RECOMPUTE x OFFLOAD, no strategy first."""
-    k = sqrt_k(num_layers)
-    return [
-        Options(
-            recompute=r,
-            every=k if r is Recompute.every_k else None,
-            offload=tuple(Offload.parse(o) for o in offloads),
-        )
-        for r in RECOMPUTE_CANDIDATES
-        for offloads in OFFLOAD_CANDIDATES
-    ]
-
-
 def model_facts(spec: ModelSpec, setup: TrainingSetup, gpu: GpuProfile) -> ModelFacts:
     """Run ``estimate`` for every strategy the questions need."""
     k = sqrt_k(spec.num_layers)
-    strategies = tuple(estimate(spec, setup, gpu, o) for o in strategy_options(spec.num_layers))
+    strategies = tuple(estimate(spec, setup, gpu, o) for o in candidate_options(spec.num_layers))
     return ModelFacts(
         spec=spec,
         setup=setup,
@@ -115,20 +90,6 @@ def model_facts(spec: ModelSpec, setup: TrainingSetup, gpu: GpuProfile) -> Model
         sqrt=estimate(spec, setup, gpu, Options(recompute=Recompute.every_k, every=k)),
         strategies=strategies,
     )
-
-
-def strategy_cost_seconds(b: Breakdown) -> float:
-    """Time a strategy adds per step: recompute FLOPs plus offload transfers."""
-    return b.extra_seconds + b.transfer_seconds
-
-
-def cheapest_fit(candidates: Iterable[Breakdown]) -> Breakdown | None:
-    """The candidate that fits with the least added time (ties: lower peak, then the earlier,
-    simpler candidate); None when none fits."""
-    fitting = [
-        (strategy_cost_seconds(b), b.peak_bytes, i, b) for i, b in enumerate(candidates) if b.fits
-    ]
-    return min(fitting, key=lambda t: t[:3])[3] if fitting else None
 
 
 def strategy_label(options: Options, lang: Lang) -> str:
@@ -531,7 +492,7 @@ def cheapest_fit_question(facts: ModelFacts) -> Draft:
         return Choice(*(strategy_label(b.options, lang) for lang in Lang))
 
     fitting = sorted(
-        (b for b in candidates if b.fits), key=lambda b: (strategy_cost_seconds(b), b.peak_bytes)
+        (b for b in candidates if b.fits), key=lambda b: (added_seconds(b), b.peak_bytes)
     )
     full_alone = next(
         b for b in candidates if b.options.recompute is Recompute.full and not b.options.offload
@@ -548,9 +509,9 @@ def cheapest_fit_question(facts: ModelFacts) -> Draft:
     # The next two distinct ways to fit (selective recompute under SDPA changes nothing, so it
     # would repeat the answer's numbers).
     next_cheapest: list[Breakdown] = []
-    seen = {(strategy_cost_seconds(answer), answer.peak_bytes)} if answer else set()
+    seen = {(added_seconds(answer), answer.peak_bytes)} if answer else set()
     for b in fitting:
-        key = (strategy_cost_seconds(b), b.peak_bytes)
+        key = (added_seconds(b), b.peak_bytes)
         if key not in seen and len(next_cheapest) < 2:
             next_cheapest.append(b)
             seen.add(key)
@@ -576,7 +537,7 @@ def cheapest_fit_question(facts: ModelFacts) -> Draft:
             words["cost_item"].format(
                 label=strategy_label(b.options, lang),
                 peak=format_bytes(b.peak_bytes),
-                cost=format_seconds(strategy_cost_seconds(b)),
+                cost=format_seconds(added_seconds(b)),
             )
             for b in next_cheapest
         ]
@@ -585,7 +546,7 @@ def cheapest_fit_question(facts: ModelFacts) -> Draft:
                 **values,
                 answer=strategy_label(answer.options, lang),
                 answer_peak=format_bytes(answer.peak_bytes),
-                answer_cost=format_seconds(strategy_cost_seconds(answer)),
+                answer_cost=format_seconds(added_seconds(answer)),
                 others=parts["others"].format(items=words["list_join"].join(others))
                 if others
                 else "",
