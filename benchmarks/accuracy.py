@@ -14,6 +14,7 @@ from memcalc.measure.compare import compare, estimate_for
 from memcalc.measure.runner import measure
 from memcalc.profiles import load_profile
 from memcalc.spec.model import ModelSpec
+from memcalc.spec.presets import preset
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.recompute import Recompute
 
@@ -50,20 +51,76 @@ CASES = [
 ]
 
 
+def _wide(name: str, base: str, layers: int = 2) -> ModelSpec:
+    """A preset's real widths (hidden, heads, kv heads, MLP, vocabulary) with fewer blocks, so
+    that 7B-shaped layers at real sequence lengths run on a CPU."""
+    return preset(base).model_copy(update={"name": name, "num_layers": layers})
+
+
+WIDE_CASES = [
+    # (spec, impl, precision, attention, dropout, recompute, batch, seq)
+    (
+        _wide("llama-2-7b x2 blocks", "llama-2-7b"),
+        Impl.hf,
+        "bf16",
+        "sdpa",
+        0.0,
+        Recompute.none,
+        1,
+        2048,
+    ),
+    (
+        _wide("llama-2-7b x2 blocks", "llama-2-7b"),
+        Impl.hf,
+        "bf16",
+        "sdpa",
+        0.0,
+        Recompute.full,
+        1,
+        2048,
+    ),
+    (
+        _wide("mistral-7b x2 blocks", "mistral-7b"),
+        Impl.hf,
+        "bf16",
+        "eager",
+        0.0,
+        Recompute.none,
+        1,
+        1024,
+    ),
+    (
+        _wide("qwen2.5-7b x2 blocks", "qwen2.5-7b"),
+        Impl.hf,
+        "bf16",
+        "sdpa",
+        0.0,
+        Recompute.selective,
+        1,
+        1024,
+    ),
+    (_wide("gpt2-xl x2 blocks", "gpt2-xl"), Impl.hf, "bf16", "eager", 0.1, Recompute.none, 1, 1024),
+]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument(
+        "--wide", action="store_true", help="7B-width layers at real sequence lengths (minutes)"
+    )
     args = ap.parse_args()
+    cases = WIDE_CASES if args.wide else [(*c, args.batch, args.seq) for c in CASES]
     gpu = load_profile("h100-sxm-80gb")
     cols = ["parameters", "gradients", "optimizer states", "stored activations", "peak of the step"]
     print(f"| model | impl | precision | attention | dropout | recompute | {' | '.join(cols)} |")
     print("|" + "---|" * (6 + len(cols)))
-    for spec, impl, precision, attention, dropout, rc in CASES:
+    for spec, impl, precision, attention, dropout, rc, batch, seq in cases:
         setup = TrainingSetup(
-            batch=args.batch,
-            seq=args.seq,
+            batch=batch,
+            seq=seq,
             precision=precision,
             attention=attention,
             dropout=dropout,
@@ -73,7 +130,8 @@ def main() -> None:
         rows = {r.component: r for r in compare(b, m)}
         cells = [f"{rows[c].measured_bytes:,} ({rows[c].error:+.1%})" for c in cols]
         print(
-            f"| {spec.name} | {impl.value} | {precision} | {attention} | {dropout} | "
+            f"| {spec.name} b{batch} s{seq} | {impl.value} | {precision} | {attention} | "
+            f"{dropout} | "
             f"{m.strategy} | {' | '.join(cells)} |"
         )
 

@@ -83,7 +83,7 @@ def _brute_force(graph, budget_bytes):
         )
     for choice in itertools.product(*options):
         stored = fixed + sum(c[1] for c in choice)
-        stored += extra if any(c[0] == "full" for c in choice) else 0
+        stored += extra if any(c[0] in ("full", "selective") for c in choice) else 0
         flops = sum(c[2] for c in choice)
         if stored <= budget_bytes and (best is None or flops < best):
             best = flops

@@ -333,7 +333,7 @@ def _gpt2_block(
     out = linear(sc, "mlp.c_proj", MLP, act, T, m, h, p)
     dropout(sc, "mlp.dropout", MLP, out, spec.residual_dropout)
     sc.add("mlp.residual_add", MLP, [], T * h, "aten.add: saves nothing")
-    return Block(tuple(sc.ops), x, frozenset({qkv.name}))
+    return Block(tuple(sc.ops), x, (qkv,))
 
 
 def _llama_block(
@@ -360,7 +360,8 @@ def _llama_block(
         grads=2 * T * (h + kv) * p.itemsize,
     )
     q = Saved("attn.q_embed", T * h, p)
-    k = Saved("attn.k_embed", T * kv, p)
+    k = k_embed = Saved("attn.k_embed", T * kv, p)
+    v_proj = v
     if setup.attention is Attention.eager and kv != h and not (spec.kv_heads == 1 and dims.b == 1):
         # repeat_kv: expand + reshape copies k and v to all heads before the eager matmuls
         # (with one kv head and b == 1 the reshape is a view of the expanded tensor).
@@ -396,7 +397,7 @@ def _llama_block(
     prod = Saved("mlp.product", T * m, p)
     linear(sc, "mlp.down_proj", MLP, prod, T, m, h, p)
     sc.add("mlp.residual_add", MLP, [], T * h, "aten.add: saves nothing")
-    return Block(tuple(sc.ops), x, frozenset({q.name, k.name, v.name}))
+    return Block(tuple(sc.ops), x, (q, k_embed, v_proj))
 
 
 def _loss(sc: _Scope, setup: TrainingSetup, dims: _Dims) -> tuple[Saved, tuple[Saved, ...]]:

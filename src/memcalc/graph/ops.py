@@ -90,8 +90,9 @@ class Block:
     ops: tuple[Op, ...]
     input: Saved
     """The block input, which a checkpoint keeps when the block is recomputed."""
-    core_inputs: frozenset[str] = frozenset()
-    """Storages the attention core reads (q, k, v): selective recompute keeps them."""
+    core_inputs: tuple[Saved, ...] = ()
+    """What the attention core reads (q, k, v before any GQA expansion): a checkpoint around
+    the core keeps them, and selective recompute replays the core from them."""
 
     @property
     def saved_bytes(self) -> int:
@@ -105,13 +106,23 @@ class Block:
     def core_only_names(self) -> set[str]:
         """Storages saved only by attention-core ops (what selective recompute frees)."""
         kept = {s.name for op in self.ops if not op.attention_core for s in op.saves}
-        kept |= self.core_inputs
+        kept |= {s.name for s in self.core_inputs}
         return {s.name for op in self.ops if op.attention_core for s in op.saves} - kept
 
     @property
-    def selective_saved_bytes(self) -> int:
+    def core_only_bytes(self) -> int:
+        """Bytes selective recompute drops in forward and rebuilds in backward."""
         core = self.core_only_names
-        return sum(s.nbytes for name, s in unique_saved(self.ops).items() if name not in core)
+        return sum(s.nbytes for name, s in unique_saved(self.ops).items() if name in core)
+
+    @property
+    def selective_saved_bytes(self) -> int:
+        """Saved bytes minus the core's own tensors, plus core inputs nothing else saved
+        (e.g. k and v before ``repeat_kv``: the core's checkpoint keeps them)."""
+        core = self.core_only_names
+        saved = unique_saved(self.ops)
+        kept = sum(s.nbytes for name, s in saved.items() if name not in core)
+        return kept + sum(s.nbytes for s in self.core_inputs if s.name not in saved)
 
     @property
     def core_flops(self) -> int:
@@ -122,7 +133,12 @@ class Block:
         return bytes_by_component(self.ops, exclude)
 
     def selective_bytes_by_component(self) -> dict[Component, int]:
-        return self.bytes_by_component(frozenset(self.core_only_names))
+        out = self.bytes_by_component(frozenset(self.core_only_names))
+        saved = unique_saved(self.ops)
+        extra = sum(s.nbytes for s in self.core_inputs if s.name not in saved)
+        if extra:
+            out[Component.attention] = out.get(Component.attention, 0) + extra
+        return out
 
 
 @dataclass(frozen=True)

@@ -105,23 +105,26 @@ def selective(graph: OpGraph) -> ActivationPlan:
     """
     comp = _outside_blocks(graph)
     stored = graph.prologue_saved_bytes + graph.epilogue_saved_bytes
-    rebuild = flops = 0
+    block_stored = [b.selective_saved_bytes for b in graph.blocks]
+    block_rebuild = [b.core_only_bytes for b in graph.blocks]
+    flops = sum(b.core_flops for b in graph.blocks if b.core_only_bytes)
+    if any(block_rebuild):
+        # The core runs under a checkpoint, which also keeps its extra inputs (HF's eager mask).
+        extra = sum(s.nbytes for s in graph.checkpoint_extra_inputs)
+        block_stored[0] += extra
+        comp = _merge(comp, {Component.attention: extra})
     for blk in graph.blocks:
-        kept = blk.selective_saved_bytes
-        stored += kept
-        rebuild = max(rebuild, blk.saved_bytes - kept)
-        flops += blk.core_flops if blk.saved_bytes > kept else 0
         comp = _merge(comp, blk.selective_bytes_by_component())
     return ActivationPlan(
         "selective",
-        stored,
+        stored + sum(block_stored),
         comp,
-        rebuild,
+        max(block_rebuild),
         flops,
         0,
         ("selective",) * len(graph.blocks),
-        block_stored=tuple(b.selective_saved_bytes for b in graph.blocks),
-        block_rebuild=tuple(b.saved_bytes - b.selective_saved_bytes for b in graph.blocks),
+        block_stored=tuple(block_stored),
+        block_rebuild=tuple(block_rebuild),
     )
 
 
@@ -202,8 +205,8 @@ def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
     frontier: list[tuple[int, int, bool, tuple[str, ...]]] = [(0, 0, False, ())]
     for blk in graph.blocks:
         options = [("none", blk.saved_bytes, 0, False)]
-        if blk.selective_saved_bytes < blk.saved_bytes:
-            options.append(("selective", blk.selective_saved_bytes, blk.core_flops, False))
+        if blk.core_only_bytes:
+            options.append(("selective", blk.selective_saved_bytes, blk.core_flops, True))
         options.append(("full", blk.input.nbytes, blk.flops, True))
         candidates = [
             (b + ob, f + of, ck or ock, choices + (name,))
@@ -232,7 +235,7 @@ def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
             comp = _merge(comp, {Component.norm: blk.input.nbytes})
         elif choice == "selective":
             block_stored.append(blk.selective_saved_bytes)
-            block_rebuild.append(blk.saved_bytes - blk.selective_saved_bytes)
+            block_rebuild.append(blk.core_only_bytes)
             comp = _merge(comp, blk.selective_bytes_by_component())
         else:
             block_stored.append(blk.saved_bytes)
