@@ -46,7 +46,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "quiz.md"
+DOC = ROOT / "README.md"
 
 SEED_CONCEPTS = (
     "recompute-trades-compute-for-memory",
@@ -557,10 +557,10 @@ def test_quiz_never_imports_torch():
 
 
 def _doc_session() -> tuple[list[str], str]:
-    """The example session in docs/quiz.md: its command's arguments and its transcript."""
+    """The example session in README.md: its command's arguments and its transcript."""
     text = DOC.read_text(encoding="utf-8")
     block = re.search(r"<!-- example-session -->\s*```text\n(.*?)```", text, re.S)
-    assert block, "docs/quiz.md: no ```text block after <!-- example-session -->"
+    assert block, "README.md: no ```text block after <!-- example-session -->"
     first, _, transcript = block.group(1).partition("\n")
     assert first.startswith("$ memcalc quiz ")
     return first.removeprefix("$ memcalc quiz ").split(), transcript
@@ -573,7 +573,7 @@ def test_doc_example_session_is_what_the_quiz_prints():
     result = quiz(*args, input="".join(f"{t}\n" for t in typed))
     assert result.exit_code == 0
     assert result.stdout.rstrip("\n") == transcript.rstrip("\n"), (
-        "docs/quiz.md example session is stale: run `memcalc quiz "
+        "README.md example session is stale: run `memcalc quiz "
         + " ".join(args)
         + "`, answer as in the doc, and paste the new transcript"
     )

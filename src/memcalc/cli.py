@@ -10,7 +10,6 @@ import sys
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from tabulate import tabulate
 
 from memcalc.errors import MemcalcError
@@ -24,9 +23,9 @@ from memcalc.params import count_params
 from memcalc.plan import plan
 from memcalc.profiles import DEFAULT_GPU, list_profiles, load_profile
 from memcalc.report import Format, render_detail, render_plan, render_strategies
-from memcalc.spec.loaders import load_model, validation_message
+from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.presets import DEFAULT_MODEL, PRESETS
-from memcalc.spec.training import Attention, DType, Loss, OptimizerKind, Precision, TrainingSetup
+from memcalc.spec.training import Attention, DType, Loss, OptimizerKind, Precision
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute, sqrt_k
 from memcalc.units import Unit, parse_size, to_unit
@@ -43,14 +42,6 @@ profiles_app = typer.Typer(help="GPU profiles (profiles/*.toml).", no_args_is_he
 models_app = typer.Typer(help="Built-in model presets.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(models_app, name="models")
-
-
-def training_setup(**fields: object) -> TrainingSetup:
-    """A TrainingSetup from command-line values; a validation error becomes one line."""
-    try:
-        return TrainingSetup(**fields)  # type: ignore[arg-type]
-    except ValidationError as e:
-        raise MemcalcError(validation_message("options", e)) from None
 
 
 def default_strategies(spec_layers: int, has_optimizer_state: bool) -> list[Options]:

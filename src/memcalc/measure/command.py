@@ -14,6 +14,12 @@ from typing import Annotated
 import typer
 
 from memcalc.errors import MemcalcError
+from memcalc.estimate import Options
+from memcalc.profiles import load_profile
+from memcalc.spec.loaders import load_model, training_setup
+from memcalc.spec.training import Attention, OptimizerKind, Precision
+from memcalc.strategies.offload import Offload
+from memcalc.strategies.recompute import Recompute
 
 
 class Format(str, Enum):
@@ -36,13 +42,11 @@ def measure_command(
     ] = "gpt2",
     batch: Annotated[int, typer.Option(help="Micro-batch size.")] = 1,
     seq: Annotated[int, typer.Option(help="Sequence length.")] = 512,
-    precision: Annotated[
-        str, typer.Option(help="fp32, bf16, fp16, bf16-mixed, fp16-mixed.")
-    ] = "fp32",
-    optimizer: Annotated[str, typer.Option(help="adamw, adam, sgd, sgd-momentum.")] = "adamw",
-    attention: Annotated[str, typer.Option(help="eager or sdpa.")] = "sdpa",
+    precision: Annotated[Precision, typer.Option(help="Precision recipe.")] = Precision.fp32,
+    optimizer: Annotated[OptimizerKind, typer.Option(help="Optimizer.")] = OptimizerKind.adamw,
+    attention: Annotated[Attention, typer.Option(help="Attention kernel.")] = Attention.sdpa,
     dropout: Annotated[float | None, typer.Option(help="Override every dropout rate.")] = None,
-    recompute: Annotated[str, typer.Option(help="none, selective, full, every-k.")] = "none",
+    recompute: Annotated[Recompute, typer.Option(help="Recompute strategy.")] = Recompute.none,
     every: Annotated[int | None, typer.Option(help="k for --recompute every-k.")] = None,
     offload: Annotated[
         list[str] | None,
@@ -67,23 +71,39 @@ def measure_command(
     except ImportError:
         typer.echo("memcalc measure needs torch: pip install 'memcalc[torch]'", err=True)
         raise typer.Exit(2) from None
+    from memcalc.measure.build import Impl
+    from memcalc.measure.compare import compare, estimate_for
+    from memcalc.measure.runner import measure
+
+    def progress(msg: str) -> None:
+        print(f"[memcalc measure] {msg} ...", file=sys.stderr, flush=True)
+
     try:
-        rows, m = _run(
-            model,
-            batch,
-            seq,
-            precision,
-            optimizer,
-            attention,
-            dropout,
-            recompute,
-            every,
-            offload or [],
-            impl.value,
-            device,
-            gpu,
-            seed,
+        spec = load_model(model)
+        setup = training_setup(
+            batch=batch,
+            seq=seq,
+            precision=precision,
+            optimizer=optimizer,
+            attention=attention,
+            dropout=dropout,
         )
+        options = Options(
+            recompute=recompute, every=every, offload=tuple(Offload.parse(o) for o in offload or [])
+        )
+        profile = load_profile(gpu)
+        m = measure(
+            spec,
+            setup,
+            impl=Impl(impl.value),
+            recompute=recompute,
+            every=every,
+            offload=options.offload,
+            device=device,
+            seed=seed,
+            progress=progress,
+        )
+        rows = compare(estimate_for(spec, setup, profile, options, m.device), m)
     except MemcalcError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
@@ -116,74 +136,6 @@ def measure_command(
         typer.echo(_table(rows, m, tolerance))
     if failed:
         raise typer.Exit(1)
-
-
-def _run(
-    model,
-    batch,
-    seq,
-    precision,
-    optimizer,
-    attention,
-    dropout,  # type: ignore[no-untyped-def]
-    recompute,
-    every,
-    offload,
-    impl,
-    device,
-    gpu,
-    seed,
-):
-    from pydantic import ValidationError
-
-    from memcalc.errors import one_of
-    from memcalc.estimate import Options
-    from memcalc.measure.build import Impl
-    from memcalc.measure.compare import compare, estimate_for
-    from memcalc.measure.runner import measure
-    from memcalc.profiles import load_profile
-    from memcalc.spec.loaders import load_model, validation_message
-    from memcalc.spec.training import TrainingSetup
-    from memcalc.strategies.offload import Offload
-    from memcalc.strategies.recompute import Recompute
-
-    spec = load_model(model)
-    try:
-        setup = TrainingSetup(
-            batch=batch,
-            seq=seq,
-            precision=precision,
-            optimizer=optimizer,
-            attention=attention,
-            dropout=dropout,
-        )
-    except ValidationError as e:
-        raise MemcalcError(validation_message("options", e)) from None
-    try:
-        rc = Recompute(recompute)
-    except ValueError:
-        raise one_of("--recompute", recompute, [r.value for r in Recompute]) from None
-    offloads = tuple(Offload.parse(o) for o in offload)
-    profile = load_profile(gpu)
-
-    def progress(msg: str) -> None:
-        print(f"[memcalc measure] {msg} ...", file=sys.stderr, flush=True)
-
-    m = measure(
-        spec,
-        setup,
-        impl=Impl(impl),
-        recompute=rc,
-        every=every,
-        offload=offloads,
-        device=device,
-        seed=seed,
-        progress=progress,
-    )
-    b = estimate_for(
-        spec, setup, profile, Options(recompute=rc, every=every, offload=offloads), m.device
-    )
-    return compare(b, m), m
 
 
 def _table(rows, m, tolerance: float) -> str:  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from memcalc.errors import MemcalcError
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.presets import PRESETS, preset
+from memcalc.spec.training import TrainingSetup
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -137,3 +138,11 @@ def spec_from_hf_config(cfg: dict[str, Any], source: str = "config.json") -> Mod
         ) from None
     except ValidationError as e:
         raise MemcalcError(validation_message(source, e)) from None
+
+
+def training_setup(**fields: Any) -> TrainingSetup:
+    """A TrainingSetup from command-line values; a validation error becomes one line."""
+    try:
+        return TrainingSetup(**fields)
+    except ValidationError as e:
+        raise MemcalcError(validation_message("options", e)) from None
