@@ -1,0 +1,232 @@
+"""``memcalc trace``: trace a model under FakeTensorMode into the op graph and print what
+``memcalc estimate`` prints for it.
+
+Thin: parse options, call ``trace.trace_module`` and ``estimate.estimate_graph``, print. torch is
+imported inside the function so that ``memcalc --help`` works without it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from memcalc.errors import MemcalcError
+from memcalc.estimate import DEFAULT_MFU
+from memcalc.profiles import DEFAULT_GPU
+from memcalc.report import Format
+from memcalc.spec.training import Attention, DType, OptimizerKind, Precision
+from memcalc.strategies.recompute import Recompute
+from memcalc.units import Unit
+
+TORCH_MISSING = "memcalc trace needs torch: pip install 'memcalc[torch]'"
+
+
+class ImplChoice(str, Enum):
+    """Which implementation a preset or spec file is built as (see measure/build.py)."""
+
+    ours = "ours"
+    """memcalc's reference model (measure/reference_model.py)."""
+    hf = "hf"
+    """Hugging Face transformers (needs transformers installed)."""
+
+
+def trace_command(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="What to trace: module:function returning an nn.Module (imported from the "
+            "current directory; runs your code), an HF config.json (random init), or a "
+            "memcalc preset / spec file."
+        ),
+    ],
+    input_shape: Annotated[
+        str, typer.Option(help="Token ids fed to the model: batch x sequence, e.g. 4x1024.")
+    ] = "1x1024",
+    gpu: Annotated[
+        str, typer.Option(help="GPU profile name (memcalc profiles list) or a profile TOML path.")
+    ] = DEFAULT_GPU,
+    precision: Annotated[
+        Precision, typer.Option(help="Precision recipe (the model is traced in its dtype).")
+    ] = Precision.bf16_mixed,
+    grad_dtype: Annotated[
+        DType | None, typer.Option(help="Gradient dtype under -mixed (fp32 default, or bf16/fp16).")
+    ] = None,
+    optimizer: Annotated[OptimizerKind, typer.Option(help="Optimizer.")] = OptimizerKind.adamw,
+    foreach: Annotated[bool, typer.Option(help="Multi-tensor optimizer step.")] = True,
+    attention: Annotated[
+        Attention | None,
+        typer.Option(help="Attention kernel of HF / preset models (default sdpa)."),
+    ] = None,
+    impl: Annotated[
+        ImplChoice | None,
+        typer.Option(help="Build a preset / spec file as ours (default) or hf."),
+    ] = None,
+    dropout: Annotated[
+        float | None,
+        typer.Option(help="Override every dropout rate of an HF / preset model."),
+    ] = None,
+    gpus: Annotated[
+        int, typer.Option(help="Data-parallel GPUs sharing ZeRO shards (per-GPU memory shown).")
+    ] = 1,
+    zero: Annotated[
+        int, typer.Option(help="ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters.")
+    ] = 0,
+    recompute: Annotated[
+        Recompute | None, typer.Option(help="One recompute strategy (prints a detailed breakdown).")
+    ] = None,
+    every: Annotated[
+        int | None, typer.Option(help="k for --recompute every-k (default round(sqrt(N))).")
+    ] = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(help="Activation budget for --recompute budget, e.g. 20GiB or 2e10."),
+    ] = None,
+    offload: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="WHAT=WHERE, repeatable: optimizer=cpu|nvme, params=cpu, activations=cpu."
+        ),
+    ] = None,
+    mfu: Annotated[
+        float, typer.Option(help="Model-FLOPs utilisation used to turn FLOPs into time.")
+    ] = DEFAULT_MFU,
+    format: Annotated[Format, typer.Option(help="Output format.")] = Format.table,
+    unit: Annotated[Unit, typer.Option(help="Memory unit: GiB (2^30) or GB (10^9).")] = Unit.GiB,
+) -> None:
+    """Trace any model under FakeTensorMode (no memory allocated): build it, run a training
+    forward and backward, turn what autograd saved into memcalc's op graph, and print the
+    estimate for it -- for architectures memcalc has no lowering for."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        typer.echo(TORCH_MISSING, err=True)
+        raise typer.Exit(2) from None
+    try:
+        text = _run(
+            target,
+            input_shape=input_shape,
+            gpu=gpu,
+            precision=precision,
+            grad_dtype=grad_dtype,
+            optimizer=optimizer,
+            foreach=foreach,
+            attention=attention,
+            impl=impl,
+            dropout=dropout,
+            gpus=gpus,
+            zero=zero,
+            recompute=recompute,
+            every=every,
+            budget=budget,
+            offload=offload or [],
+            mfu=mfu,
+            fmt=format,
+            unit=unit,
+        )
+    except MemcalcError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(text)
+
+
+def _run(
+    target: str,
+    *,
+    input_shape: str,
+    gpu: str,
+    precision: Precision,
+    grad_dtype: DType | None,
+    optimizer: OptimizerKind,
+    foreach: bool,
+    attention: Attention | None,
+    impl: ImplChoice | None,
+    dropout: float | None,
+    gpus: int,
+    zero: int,
+    recompute: Recompute | None,
+    every: int | None,
+    budget: str | None,
+    offload: list[str],
+    mfu: float,
+    fmt: Format,
+    unit: Unit,
+) -> str:
+    from memcalc.cli import default_strategies
+    from memcalc.estimate import Options, estimate_graph
+    from memcalc.measure.build import Impl
+    from memcalc.measure.trace import describe, parse_input_shape, resolve_target, trace_module
+    from memcalc.profiles import load_profile
+    from memcalc.report import render_detail, render_strategies
+    from memcalc.spec.loaders import training_setup
+    from memcalc.strategies.offload import Offload
+    from memcalc.units import parse_size
+
+    batch, seq = parse_input_shape(input_shape)
+    profile = load_profile(gpu)
+    setup = training_setup(
+        batch=batch,
+        seq=seq,
+        precision=precision,
+        grad_dtype=grad_dtype,
+        optimizer=optimizer,
+        optimizer_foreach=foreach,
+        attention=attention or Attention.sdpa,
+        dropout=dropout,
+        gpus=gpus,
+        zero=zero,
+    )
+    if not 0 < mfu <= 1:
+        raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
+    if every is not None and recompute is not Recompute.every_k:
+        raise MemcalcError("--every: only applies with --recompute every-k")
+    if budget is not None and recompute is not Recompute.budget:
+        raise MemcalcError("--budget: only applies with --recompute budget")
+    offloads = tuple(Offload.parse(o) for o in offload)
+
+    resolved = resolve_target(target, setup, Impl((impl or ImplChoice.ours).value))
+    for flag, given, kinds in (
+        ("--attention", attention is not None, ("spec", "hf-config")),
+        ("--dropout", dropout is not None, ("spec", "hf-config")),
+        ("--impl", impl is not None, ("spec",)),
+    ):
+        if given and resolved.kind not in kinds:
+            _warn(f"{flag} has no effect on a {resolved.kind} target (the model runs as built)")
+    if precision is Precision.fp8_mixed:
+        _warn("--precision fp8-mixed: traced in bf16; fp8 copies of linear inputs are not traced")
+    trace = trace_module(resolved.build, setup, name=resolved.name, vocab_size=resolved.vocab_size)
+    typer.echo(describe(trace), err=True)
+    for note in trace.notes:
+        _warn(note)
+
+    notes = (
+        f"activations traced from {target} at {batch}x{seq} under FakeTensorMode "
+        "(CPU kernels; dropout masks as bool and SDPA as flash, as on a GPU)",
+        "no separate LM head: tied to the embedding, counted once"
+        if trace.tied
+        else "untied embedding and LM head",
+    )
+    plain = setup.model_copy(update={"dropout": None})  # already applied to the model
+
+    def run(options: Options):  # type: ignore[no-untyped-def]
+        return estimate_graph(
+            trace.name, trace.graph, trace.counts, plain, profile, options, notes=notes
+        )
+
+    if recompute is None and not offloads:
+        has_state = setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed
+        rows = [run(o) for o in default_strategies(len(trace.graph.blocks), has_state)]
+        return render_strategies(rows, fmt, unit)
+    options = Options(
+        recompute=recompute or Recompute.none,
+        every=every,
+        budget_bytes=parse_size(budget) if budget else None,
+        offload=offloads,
+        mfu=mfu,
+    )
+    return render_detail(run(options), fmt, unit)
+
+
+def _warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
