@@ -26,8 +26,10 @@ def test_readme_has_examples():
 def test_readme_command_runs(command, capsys, monkeypatch):
     args = shlex.split(command)[1:]
     if args[0] in NEEDS_TORCH:
-        pytest.skip("real training steps / traces: covered with small models in "
-                    "test_measure.py and test_trace.py")
+        pytest.skip(
+            "real training steps / traces: covered with small models in "
+            "test_measure.py and test_trace.py"
+        )
     if args[0] == "quiz" and "--reveal" not in args and "--answers" not in args:
         monkeypatch.setattr("sys.stdin", __import__("io").StringIO("a\n"))
         args += ["--count", "1"]

@@ -281,6 +281,9 @@ def _register_optional_commands() -> None:
         pass
     else:
         app.command("measure")(measure_command)
+    from memcalc.measure.trace_command import trace_command
+
+    app.command("trace")(trace_command)
 
 
 _register_optional_commands()

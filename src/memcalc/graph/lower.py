@@ -509,6 +509,10 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         # positionally, so checkpoint's _NoopSaveInputs saves it; Llama by keyword, so the
         # checkpoint's closure holds it).
         extra = (Saved("eager_causal_mask", setup.batch * setup.seq * setup.seq, p),)
+    if not spec.is_gpt2:
+        # HF Llama passes position_ids (1 x s, int64) to every layer by keyword; no op saves
+        # them (RoPE runs under no_grad), so a checkpoint's closure is what keeps them.
+        extra += (Saved("position_ids", setup.seq, DType.int64),)
 
     epi = _Scope()
     last = _t(f"b{spec.num_layers}.in", T, dims.h, p)

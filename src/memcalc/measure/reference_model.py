@@ -247,6 +247,7 @@ class Block(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor | None = None,
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+        position_ids: torch.Tensor | None = None,  # unused; HF Llama layers receive it too
     ) -> torch.Tensor:
         x = F.dropout(self.attn(self.ln_1(x), mask, rope), self.p_resid, self.training) + x
         return F.dropout(self.mlp(self.ln_2(x)), self.p_resid, self.training) + x
@@ -297,9 +298,9 @@ class Transformer(nn.Module):
         dtype = self.wte.weight.dtype
         x = self.wte(idx)  # (B, T, C); embedding saves idx
         rope = mask = None
+        pos = torch.arange(T, device=idx.device).unsqueeze(0)  # (1, T)
         if cfg.family == "gpt2":
-            pos = torch.arange(T, device=idx.device).unsqueeze(0)  # (1, T), saved by wpe
-            x = F.dropout(x + self.wpe(pos), cfg.embd_pdrop, self.training)
+            x = F.dropout(x + self.wpe(pos), cfg.embd_pdrop, self.training)  # wpe saves pos
         else:
             rope = self._rope(T, dtype, idx.device)
         if cfg.attention == "eager":
@@ -308,7 +309,10 @@ class Transformer(nn.Module):
             # Call blocks as HF does: GPT-2 passes the causal mask positionally, Llama passes
             # mask and RoPE by keyword. torch.utils.checkpoint saves the positional tensors, so
             # this decides what a checkpointed block holds (strategies wrap the entries of h).
-            x = block(x, mask) if cfg.family == "gpt2" else block(x, mask=mask, rope=rope)
+            if cfg.family == "gpt2":
+                x = block(x, mask)
+            else:
+                x = block(x, mask=mask, rope=rope, position_ids=pos)
         x = self.ln_f(x)
         head = self.wte.weight if self.lm_head is None else self.lm_head.weight
         logits = F.linear(x, head)  # (B, T, V)

@@ -12,21 +12,33 @@ precision recipe, put in training mode and run forward on int64 token ids of sha
 * ops: the autograd graph from ``loss.grad_fn``: each node's ``_saved_*`` attributes (unpacked
   through the hook, so they are the same tensors) name the storages it saved; a node that saves
   an activation becomes one ``Op`` named after the node (``NativeLayerNormBackward0``), in
-  forward order (``node._sequence_nr()``).
+  forward order (``node._sequence_nr()``). A storage belongs to the first op that saves it.
 * scopes: the decoder blocks are the children of the largest ``nn.ModuleList`` of modules of one
   type; module hooks note the autograd sequence number where each module (and block) starts and
   ends, so every node is placed in the prologue, one block or the epilogue, under a module path
-  that gives its component (attention, mlp, norm, embedding, output).
+  that names its component (attention, mlp, norm; embedding before the blocks, output after).
+  A block's input is its first positional tensor; its other tensor arguments (RoPE cos/sin,
+  masks) are shared by all blocks: saved, they are counted once in the prologue (as lower.py
+  does), unsaved, they are what a per-block checkpoint keeps besides the input.
+* attention core (what selective recompute drops): the matmuls of two activations (QK^T, AV;
+  every other matmul has a weight operand), every node between them, and the copies and views
+  that feed only them (repeat_kv). Its inputs, read from outside, are the core inputs (q, k, v
+  before any expansion). Found by structure, not by an (S, S) shape, which q, k and v also have
+  when head_dim == S. A fused SDPA/flash kernel has no core to drop.
 * FLOPs: the per-op formulas of ``torch.utils.flop_counter`` (FlopCounterMode's registry; matmuls
   and attention kernels only, no elementwise FLOPs), counted in a dispatch mode that attributes
-  each op to the autograd node it creates.
+  each op to the autograd node it creates; FLOPs of nodes that save nothing go to the first op
+  of their scope, so block totals stay right.
+* ``Op.grad_bytes`` is an approximation: 2 x the op's largest saved storage (its output gradient
+  and one input gradient of about that size).
 
 On CPU (where FakeTensorMode runs here) three things are routed to what a GPU runs, as
 ``measure`` does for real CPU runs: ``F.dropout`` to ``torch.native_dropout`` (1-byte bool masks),
 ``F.scaled_dot_product_attention`` with dropout to the flash kernel (q, k, v, out, logsumexp; the
 CPU math fallback would keep the s x s probabilities in fp32), and transformers' packed-sequence
 check (which cannot read fake position ids and would materialise a (b, 1, s, s) mask and disable
-GQA in SDPA) to "not packed", which is what a real run of these inputs finds.
+GQA in SDPA) to "not packed", which is what a real run of these inputs finds. Other kernels save
+what the CPU kernel saves (LayerNorm statistics in the input dtype; fp32 on CUDA).
 """
 
 from __future__ import annotations
@@ -48,7 +60,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+    FakeTensorMode,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
@@ -124,7 +141,9 @@ def parse_input_shape(text: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class _Target:
+class Target:
+    """A model to trace: how to build it, and what it is."""
+
     name: str
     build: Callable[[], nn.Module]
     """Called inside FakeTensorMode."""
@@ -133,7 +152,7 @@ class _Target:
     vocab_size: int | None = None
 
 
-def resolve_target(target: str, setup: TrainingSetup, impl: Impl = Impl.ours) -> _Target:
+def resolve_target(target: str, setup: TrainingSetup, impl: Impl = Impl.ours) -> Target:
     """What ``target`` names: a memcalc preset or spec file (built with ``impl``), an HF
     ``config.json`` (random init), or ``module:function`` returning an ``nn.Module``."""
     path = Path(target)
@@ -154,7 +173,7 @@ def resolve_target(target: str, setup: TrainingSetup, impl: Impl = Impl.ours) ->
     )
 
 
-def _spec_target(spec: ModelSpec, setup: TrainingSetup, impl: Impl) -> _Target:
+def _spec_target(spec: ModelSpec, setup: TrainingSetup, impl: Impl) -> Target:
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
     if spec.is_gpt2 and setup.seq > spec.max_position_embeddings:
@@ -171,10 +190,10 @@ def _spec_target(spec: ModelSpec, setup: TrainingSetup, impl: Impl) -> _Target:
 
         return _hf_model(spec, attention)
 
-    return _Target(spec.name, build, "spec", spec.vocab_size)
+    return Target(spec.name, build, "spec", spec.vocab_size)
 
 
-def _hf_config_target(cfg: dict[str, Any], path: Path, setup: TrainingSetup) -> _Target:
+def _hf_config_target(cfg: dict[str, Any], path: Path, setup: TrainingSetup) -> Target:
     try:
         import transformers
     except ImportError:
@@ -207,14 +226,14 @@ def _hf_config_target(cfg: dict[str, Any], path: Path, setup: TrainingSetup) -> 
             return transformers.AutoModelForCausalLM.from_config(
                 config, attn_implementation=attention
             )
-        except ValueError as e:
+        except Exception as e:  # transformers' own checks, any kind: one line
             raise MemcalcError(f"{path}: {_one_line(e)}") from None
 
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return _Target(name or model_type, build, "hf-config", getattr(config, "vocab_size", None))
+    return Target(name or model_type, build, "hf-config", getattr(config, "vocab_size", None))
 
 
-def _module_target(target: str) -> _Target:
+def _module_target(target: str) -> Target:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise MemcalcError(f"{target}: expected module:function, e.g. mypkg.models:build_model")
@@ -248,7 +267,7 @@ def _module_target(target: str) -> _Target:
             )
         return model
 
-    return _Target(target, build, "module")
+    return Target(target, build, "module")
 
 
 @contextlib.contextmanager
@@ -308,19 +327,31 @@ def gpu_kernels() -> Iterator[None]:
             enable_gqa=enable_gqa,
         )
 
-    masking = sys.modules.get("transformers.masking_utils")
-    packed = getattr(masking, "find_packed_sequence_indices", None)
     F.scaled_dot_product_attention = sdpa  # type: ignore[assignment]
-    if packed is not None:
-        # Our position ids are 0..s-1 per row: one sequence each, as a real run detects.
-        masking.find_packed_sequence_indices = lambda position_ids: None  # type: ignore[union-attr]
     try:
         with bool_dropout_masks():
             yield
     finally:
         F.scaled_dot_product_attention = original_sdpa  # type: ignore[assignment]
-        if packed is not None:
-            masking.find_packed_sequence_indices = packed  # type: ignore[union-attr]
+
+
+@contextlib.contextmanager
+def unpacked_sequences() -> Iterator[None]:
+    """transformers checks position ids for packed sequences, and under FakeTensorMode (it
+    cannot read the values) assumes they are packed: it then materialises a (b, 1, s, s) mask
+    and, with a mask, SDPA repeats k and v to all heads. Our position ids are 0..s-1 in every
+    row, one sequence each, which is what a real run finds. Enter after the model is built
+    (that is when transformers' masking module has been imported)."""
+    masking = sys.modules.get("transformers.masking_utils")
+    packed = getattr(masking, "find_packed_sequence_indices", None)
+    if packed is None:
+        yield
+        return
+    masking.find_packed_sequence_indices = lambda position_ids: None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        masking.find_packed_sequence_indices = packed  # type: ignore[union-attr]
 
 
 def cast_floating(model: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -505,7 +536,10 @@ class _OpRecorder(TorchDispatchMode):
         if packet is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
             flops = sdpa_flop_count(args[0].shape, args[1].shape, args[2].shape)
         elif packet in flop_registry:
-            flops = flop_registry[packet](*args, **kwargs, out_val=out)
+            try:
+                flops = flop_registry[packet](*args, **kwargs, out_val=out)
+            except Exception:  # pragma: no cover - a formula that rejects these shapes
+                flops = 0
         if flops:
             self.recorder.flops.append((seq, int(flops)))
         return out
@@ -659,7 +693,7 @@ def _nodes(rec: _Recorder, loss: torch.Tensor) -> list[_Node]:
         raise MemcalcError("the loss does not depend on any parameter (nothing to train)")
     seen: set[int] = set()
     found: list[Any] = []
-    stack = [loss.grad_fn]
+    stack: list[Any] = [loss.grad_fn]
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
@@ -811,8 +845,8 @@ def _graph(
                 shared.setdefault(st.key, (st, comp))
         core = id(x.node) in region
         if core:
-            for s in _core_inputs(rec, x, region):
-                core_inputs[x.scope].setdefault(s.name, s)
+            for read in _core_inputs(rec, x, region):
+                core_inputs[x.scope].setdefault(read.name, read)
         own = tuple(st.saved() for st, _ in x.saves if owner[st.key] == x.scope)
         f = flops.pop(x.seq, 0)
         if not own:
@@ -914,10 +948,12 @@ def _logits(
         (x.node._input_metadata[0].shape[-1] for x in epilogue if x.kind == "LogSoftmaxBackward0"),
         None,
     )
-    for x in epilogue if vocab is not None else []:
+    if vocab is None:
+        return None
+    for x in epilogue:
         for m in x.node._input_metadata:
             if tuple(m.shape) == (batch, seq, vocab):
-                return Saved("logits", batch * seq * vocab, _dtype(m.dtype))
+                return Saved("logits", batch * seq * int(vocab), _dtype(m.dtype))
     return None
 
 
@@ -939,6 +975,7 @@ def trace_module(
     dtype = torch_dtype(setup.activation_dtype)
     with FakeTensorMode(allow_non_fake_inputs=True), gpu_kernels():
         model = build()
+        device = _device(model, name)
         cast_floating(model, dtype).train()
         _, blocks = find_blocks(model)
         modules = dict(model.named_modules(remove_duplicate=False))
@@ -949,16 +986,22 @@ def trace_module(
         for m in modules.values():
             handles.append(m.register_forward_pre_hook(rec.pre, with_kwargs=True))
             handles.append(m.register_forward_hook(rec.post, with_kwargs=True, always_call=True))
-        ids = torch.randint(0, vocab_size or _embedding_rows(model) or 2, (batch, seq))
+        vocab = vocab_size or _embedding_rows(model) or 2
+        ids = torch.randint(0, vocab, (batch, seq), device=device)
         try:
             with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
-                with _OpRecorder(rec):
+                with unpacked_sequences(), _OpRecorder(rec):
                     out = _forward(model, ids)
                     loss, logits = _loss_and_logits(out, ids)
             graph = _graph(rec, blocks, modules, loss, logits, batch, seq)
             loss.backward()
         except MemcalcError:
             raise
+        except (DataDependentOutputException, DynamicOutputShapeException) as e:
+            raise MemcalcError(
+                f"{name}: tracing failed: the forward reads tensor values ({e.func}: .item(), "
+                "nonzero, or control flow on data), which FakeTensorMode cannot know"
+            ) from None
         except Exception as e:  # user code under fake tensors: one line
             raise MemcalcError(f"{name}: tracing failed: {_one_line(e)}") from None
         finally:
@@ -985,6 +1028,31 @@ def trace_module(
         unattributed_bytes=unattributed,
         notes=tuple(notes),
     )
+
+
+def _device(model: nn.Module, name: str) -> torch.device:
+    """Where the model's parameters are (the token ids go there too).
+
+    Real (allocated) parameters would be converted on the fly and counted as activations, and
+    fake tensors of a device this torch was not built for abort the process in autograd: both
+    are errors.
+    """
+    tensors = [*model.parameters(), *model.buffers()]
+    if any(not isinstance(t, FakeTensor) for t in tensors):
+        raise MemcalcError(
+            f"{name}: the model's parameters are real, allocated tensors; construct the model "
+            "inside the function (trace calls it under FakeTensorMode), not before"
+        )
+    devices = {t.device for t in tensors}
+    for d in devices:
+        if d.type == "cuda" and not torch.cuda.is_available():
+            raise MemcalcError(
+                f"{name}: the model is on {d}, and this torch has no CUDA; build it on the CPU "
+                "(the trace allocates nothing)"
+            )
+    if len(devices) > 1:
+        raise MemcalcError(f"{name}: parameters on several devices: {sorted(map(str, devices))}")
+    return devices.pop() if devices else torch.device("cpu")
 
 
 def _embedding_rows(model: nn.Module) -> int | None:
@@ -1073,6 +1141,7 @@ def describe(trace: Trace) -> str:
 
 
 __all__ = [
+    "Target",
     "Trace",
     "describe",
     "find_blocks",

@@ -154,7 +154,7 @@ def _run(
     unit: Unit,
 ) -> str:
     from memcalc.cli import default_strategies
-    from memcalc.estimate import Options, estimate_graph
+    from memcalc.estimate import Breakdown, Options, estimate_graph
     from memcalc.measure.build import Impl
     from memcalc.measure.trace import describe, parse_input_shape, resolve_target, trace_module
     from memcalc.profiles import load_profile
@@ -186,6 +186,13 @@ def _run(
     offloads = tuple(Offload.parse(o) for o in offload)
 
     resolved = resolve_target(target, setup, Impl((impl or ImplChoice.ours).value))
+    notes = [
+        f"activations traced from {target} at {batch}x{seq} under FakeTensorMode "
+        "(CPU kernels, except dropout masks as bool and SDPA with dropout as flash, as on a GPU)"
+    ]
+    if resolved.kind == "module":
+        setup = setup.model_copy(update={"attention": Attention.sdpa})
+        notes.append("attention as the module computes it (the kernel above is not used)")
     for flag, given, kinds in (
         ("--attention", attention is not None, ("spec", "hf-config")),
         ("--dropout", dropout is not None, ("spec", "hf-config")),
@@ -200,18 +207,16 @@ def _run(
     for note in trace.notes:
         _warn(note)
 
-    notes = (
-        f"activations traced from {target} at {batch}x{seq} under FakeTensorMode "
-        "(CPU kernels; dropout masks as bool and SDPA as flash, as on a GPU)",
+    notes.append(
         "no separate LM head: tied to the embedding, counted once"
         if trace.tied
-        else "untied embedding and LM head",
+        else "untied embedding and LM head"
     )
     plain = setup.model_copy(update={"dropout": None})  # already applied to the model
 
-    def run(options: Options):  # type: ignore[no-untyped-def]
+    def run(options: Options) -> Breakdown:
         return estimate_graph(
-            trace.name, trace.graph, trace.counts, plain, profile, options, notes=notes
+            trace.name, trace.graph, trace.counts, plain, profile, options, notes=tuple(notes)
         )
 
     if recompute is None and not offloads:
