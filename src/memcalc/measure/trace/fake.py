@@ -1,0 +1,94 @@
+"""Make fake CPU tensors run what a GPU runs (bool dropout masks, flash SDPA, no packing)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from memcalc.measure.strategies import bool_dropout_masks
+
+# ---------------------------------------------------------------------------------------------
+# What a GPU runs, under fake CPU tensors
+
+
+@contextlib.contextmanager
+def gpu_kernels() -> Iterator[None]:
+    """Route the CPU-only code paths to the tensors a GPU saves (see the module docstring)."""
+    original_sdpa = F.scaled_dot_product_attention
+
+    def sdpa(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> torch.Tensor:
+        heads_match = query.shape[-3] == key.shape[-3]
+        if dropout_p > 0 and query.device.type == "cpu" and (heads_match or enable_gqa):
+            # aten._scaled_dot_product_flash_attention_for_cpu: saves q, k, v, out, logsumexp
+            # (as CUDA flash); dropout is replayed from the RNG state, no mask is kept. Only
+            # reached under FakeTensorMode (the real CPU kernel has no dropout).
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+            )[0]
+        return original_sdpa(
+            query,
+            key,
+            value,
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            scale=scale,
+            enable_gqa=enable_gqa,
+        )
+
+    F.scaled_dot_product_attention = sdpa  # type: ignore[assignment]
+    try:
+        with bool_dropout_masks():
+            yield
+    finally:
+        F.scaled_dot_product_attention = original_sdpa  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def unpacked_sequences() -> Iterator[None]:
+    """transformers checks position ids for packed sequences, and under FakeTensorMode (it
+    cannot read the values) assumes they are packed: it then materialises a (b, 1, s, s) mask
+    and, with a mask, SDPA repeats k and v to all heads. Our position ids are 0..s-1 in every
+    row, one sequence each, which is what a real run finds. Enter after the model is built
+    (that is when transformers' masking module has been imported)."""
+    masking = sys.modules.get("transformers.masking_utils")
+    packed = getattr(masking, "find_packed_sequence_indices", None)
+    if packed is None:
+        yield
+        return
+    masking.find_packed_sequence_indices = lambda position_ids: None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        masking.find_packed_sequence_indices = packed  # type: ignore[union-attr]
+
+
+def cast_floating(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """``model.to(dtype)`` for fake parameters (``Module.to`` swaps tensors, which fake
+    parameters refuse): floating parameters and buffers become ``dtype``, tied ones stay tied."""
+    memo: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        for key, p in list(module._parameters.items()):
+            if p is None or not p.is_floating_point() or p.dtype == dtype:
+                continue
+            if id(p) not in memo:
+                memo[id(p)] = nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad)
+            module._parameters[key] = memo[id(p)]
+        for key, b in list(module._buffers.items()):
+            if b is not None and b.is_floating_point():
+                module._buffers[key] = b.to(dtype)
+    return model

@@ -1,0 +1,67 @@
+"""ParamCounts from a module's own parameter tensors (tied weights once)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from memcalc.errors import MemcalcError
+from memcalc.graph.ops import Component
+from memcalc.measure.trace.capture import storage_key
+from memcalc.measure.trace.common import PROLOGUE
+from memcalc.measure.trace.graph import component_of
+from memcalc.params import ParamCounts, ParamTensor
+
+# ---------------------------------------------------------------------------------------------
+# Parameters
+
+
+def param_counts(
+    model: nn.Module,
+    blocks: list[nn.Module],
+    epilogue_modules: set[str] = frozenset(),  # type: ignore[assignment]
+) -> ParamCounts:
+    """ParamCounts of the module's own tensors (each storage once, so tied weights count once).
+
+    Components: ``nn.Embedding`` weights -> embedding; modules whose class name contains "Norm"
+    -> norms; inside the blocks, by module path (mlp when the path says so, else attention);
+    outside the blocks, anything else -> head (an untied output projection). ``lm_head_numel``
+    is the head's largest tensor, or the largest embedding when there is no head (tied);
+    ``final_norm`` counts the norm parameters of ``epilogue_modules`` (first run after the last
+    block).
+    """
+    block_ids = {id(b) for b in blocks}
+    block_paths = [p for p, m in model.named_modules() if id(m) in block_ids]
+    module_of: dict[int, tuple[str, nn.Module]] = {}
+    for path, module in model.named_modules():
+        for p in module.parameters(recurse=False):
+            module_of.setdefault(id(p), (path, module))
+    seen: set[int] = set()
+    tensors: list[ParamTensor] = []
+    final_norm = head_numel = 0
+    for name, p in model.named_parameters():
+        key = storage_key(p)
+        if key in seen:
+            continue
+        seen.add(key)
+        path, module = module_of[id(p)]
+        inside = any(path == b or path.startswith(b + ".") for b in block_paths)
+        if isinstance(module, nn.Embedding):
+            comp = "embedding"
+        elif "norm" in type(module).__name__.lower():
+            comp = "norms"
+            final_norm += p.numel() if path in epilogue_modules else 0
+        elif inside:
+            comp = "mlp" if component_of(path, {}, PROLOGUE, 0) is Component.mlp else "attention"
+        else:
+            comp = "head"
+            head_numel = max(head_numel, p.numel())
+        tensors.append(ParamTensor(name, tuple(p.shape), comp))
+    if not tensors:
+        raise MemcalcError(f"{type(model).__name__} has no parameters to train")
+    embeddings = [m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding)]
+    return ParamCounts.from_tensors(
+        tensors,
+        num_blocks=max(1, len(blocks)),
+        lm_head_numel=head_numel or max(embeddings, default=0),
+        final_norm=final_norm,
+    )
