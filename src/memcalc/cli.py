@@ -7,6 +7,7 @@ Bad input of any kind (unknown names, bad values, malformed files) ends with one
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -18,14 +19,14 @@ try:  # typer >= 0.20 vendors its own click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click.exceptions import NoArgsIsHelpError, UsageError
-from memcalc.estimate import DEFAULT_MFU, Options, estimate
+from memcalc.estimate import DEFAULT_MFU, Breakdown, Options, estimate
 from memcalc.params import count_params
 from memcalc.plan import plan
 from memcalc.profiles import DEFAULT_GPU, list_profiles, load_profile
 from memcalc.report import Format, render_detail, render_plan, render_strategies
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.presets import DEFAULT_MODEL, PRESETS
-from memcalc.spec.training import Attention, DType, Loss, OptimizerKind, Precision
+from memcalc.spec.training import Attention, DType, Loss, OptimizerKind, Precision, TrainingSetup
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute, sqrt_k
 from memcalc.units import Unit, parse_size, to_unit
@@ -44,16 +45,58 @@ app.add_typer(profiles_app, name="profiles")
 app.add_typer(models_app, name="models")
 
 
-def default_strategies(spec_layers: int, has_optimizer_state: bool) -> list[Options]:
-    """The rows of the strategy table: each recompute strategy, then each offload that applies."""
+def default_strategies(num_blocks: int, setup: TrainingSetup) -> list[Options]:
+    """The rows of the strategy table: each recompute strategy, then each offload that applies
+    (optimizer offload only when the optimizer holds something)."""
     rows = [Options(recompute=r) for r in (Recompute.none, Recompute.selective, Recompute.full)]
-    rows.append(Options(recompute=Recompute.every_k, every=sqrt_k(spec_layers)))
-    if has_optimizer_state:
+    rows.append(Options(recompute=Recompute.every_k, every=sqrt_k(num_blocks)))
+    if setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed:
         rows.append(Options(offload=(Offload.parse("optimizer=cpu"),)))
         rows.append(Options(offload=(Offload.parse("optimizer=nvme"),)))
     rows.append(Options(recompute=Recompute.full, offload=(Offload.parse("activations=cpu"),)))
     rows.append(Options(offload=(Offload.parse("params=cpu"), Offload.parse("optimizer=cpu"))))
     return rows
+
+
+def chosen_options(
+    recompute: Recompute | None,
+    every: int | None,
+    budget: str | None,
+    offload: list[str] | None,
+    mfu: float,
+) -> Options | None:
+    """The strategy the flags choose, validated; None when none was chosen (print the table)."""
+    if not 0 < mfu <= 1:
+        raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
+    if every is not None and recompute is not Recompute.every_k:
+        raise MemcalcError("--every: only applies with --recompute every-k")
+    if budget is not None and recompute is not Recompute.budget:
+        raise MemcalcError("--budget: only applies with --recompute budget")
+    offloads = tuple(Offload.parse(o) for o in offload or [])
+    if recompute is None and not offloads:
+        return None
+    return Options(
+        recompute=recompute or Recompute.none,
+        every=every,
+        budget_bytes=parse_size(budget) if budget else None,
+        offload=offloads,
+        mfu=mfu,
+    )
+
+
+def render_estimate(
+    run: Callable[[Options], Breakdown],
+    num_blocks: int,
+    setup: TrainingSetup,
+    options: Options | None,
+    fmt: Format,
+    unit: Unit,
+) -> str:
+    """The strategy table when no strategy was chosen, else the detailed breakdown."""
+    if options is None:
+        rows = [run(o) for o in default_strategies(num_blocks, setup)]
+        return render_strategies(rows, fmt, unit)
+    return render_detail(run(options), fmt, unit)
 
 
 @app.command("estimate")
@@ -125,31 +168,17 @@ def estimate_command(
         gpus=gpus,
         zero=zero,
     )
-    if not 0 < mfu <= 1:
-        raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
-    if every is not None and recompute is not Recompute.every_k:
-        raise MemcalcError("--every: only applies with --recompute every-k")
-    if budget is not None and recompute is not Recompute.budget:
-        raise MemcalcError("--budget: only applies with --recompute budget")
-    offloads = tuple(Offload.parse(o) for o in offload or [])
-    if recompute is None and not offloads:
-        rows = [
-            estimate(spec, setup, profile, o)
-            for o in default_strategies(
-                spec.num_layers,
-                setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed,
-            )
-        ]
-        typer.echo(render_strategies(rows, format, unit))
-        return
-    options = Options(
-        recompute=recompute or Recompute.none,
-        every=every,
-        budget_bytes=parse_size(budget) if budget else None,
-        offload=offloads,
-        mfu=mfu,
+    options = chosen_options(recompute, every, budget, offload, mfu)
+    typer.echo(
+        render_estimate(
+            lambda o: estimate(spec, setup, profile, o),
+            spec.num_layers,
+            setup,
+            options,
+            format,
+            unit,
+        )
     )
-    typer.echo(render_detail(estimate(spec, setup, profile, options), format, unit))
 
 
 @app.command("plan")

@@ -153,15 +153,12 @@ def _run(
     fmt: Format,
     unit: Unit,
 ) -> str:
-    from memcalc.cli import default_strategies
+    from memcalc.cli import chosen_options, render_estimate
     from memcalc.estimate import Breakdown, Options, estimate_graph
     from memcalc.measure.build import Impl
     from memcalc.measure.trace import describe, parse_input_shape, resolve_target, trace_module
     from memcalc.profiles import load_profile
-    from memcalc.report import render_detail, render_strategies
     from memcalc.spec.loaders import training_setup
-    from memcalc.strategies.offload import Offload
-    from memcalc.units import parse_size
 
     batch, seq = parse_input_shape(input_shape)
     profile = load_profile(gpu)
@@ -177,13 +174,7 @@ def _run(
         gpus=gpus,
         zero=zero,
     )
-    if not 0 < mfu <= 1:
-        raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
-    if every is not None and recompute is not Recompute.every_k:
-        raise MemcalcError("--every: only applies with --recompute every-k")
-    if budget is not None and recompute is not Recompute.budget:
-        raise MemcalcError("--budget: only applies with --recompute budget")
-    offloads = tuple(Offload.parse(o) for o in offload)
+    options = chosen_options(recompute, every, budget, offload, mfu)
 
     resolved = resolve_target(target, setup, Impl((impl or ImplChoice.ours).value))
     notes = [
@@ -219,18 +210,7 @@ def _run(
             trace.name, trace.graph, trace.counts, plain, profile, options, notes=tuple(notes)
         )
 
-    if recompute is None and not offloads:
-        has_state = setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed
-        rows = [run(o) for o in default_strategies(len(trace.graph.blocks), has_state)]
-        return render_strategies(rows, fmt, unit)
-    options = Options(
-        recompute=recompute or Recompute.none,
-        every=every,
-        budget_bytes=parse_size(budget) if budget else None,
-        offload=offloads,
-        mfu=mfu,
-    )
-    return render_detail(run(options), fmt, unit)
+    return render_estimate(run, len(trace.graph.blocks), setup, options, fmt, unit)
 
 
 def _warn(message: str) -> None:
