@@ -14,6 +14,23 @@ import typer
 from tabulate import tabulate
 
 from memcalc.errors import MemcalcError
+from memcalc.options import (
+    AttentionOpt,
+    BudgetOpt,
+    EveryOpt,
+    ForeachOpt,
+    FormatOpt,
+    GpuOpt,
+    GpusOpt,
+    GradDtypeOpt,
+    MfuOpt,
+    OffloadOpt,
+    OptimizerOpt,
+    PrecisionOpt,
+    RecomputeOpt,
+    UnitOpt,
+    ZeroOpt,
+)
 
 try:  # typer >= 0.20 vendors its own click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
@@ -26,7 +43,7 @@ from memcalc.profiles import DEFAULT_GPU, list_profiles, load_profile
 from memcalc.report import Format, render_detail, render_plan, render_strategies
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.presets import DEFAULT_MODEL, PRESETS
-from memcalc.spec.training import Attention, DType, Loss, OptimizerKind, Precision, TrainingSetup
+from memcalc.spec.training import Attention, Loss, OptimizerKind, Precision, TrainingSetup
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute, sqrt_k
 from memcalc.units import Unit, parse_size, to_unit
@@ -107,49 +124,27 @@ def estimate_command(
             help="Preset name (memcalc models list) or a spec TOML/JSON / HF config.json path."
         ),
     ] = DEFAULT_MODEL,
-    gpu: Annotated[
-        str, typer.Option(help="GPU profile name (memcalc profiles list) or a profile TOML path.")
-    ] = DEFAULT_GPU,
+    gpu: GpuOpt = DEFAULT_GPU,
     batch: Annotated[int, typer.Option(help="Micro-batch size (sequences).")] = 1,
     seq: Annotated[int, typer.Option(help="Sequence length (tokens).")] = 1024,
-    precision: Annotated[Precision, typer.Option(help="Precision recipe.")] = Precision.bf16_mixed,
-    grad_dtype: Annotated[
-        DType | None, typer.Option(help="Gradient dtype under -mixed (fp32 default, or bf16/fp16).")
-    ] = None,
-    optimizer: Annotated[OptimizerKind, typer.Option(help="Optimizer.")] = OptimizerKind.adamw,
-    foreach: Annotated[bool, typer.Option(help="Multi-tensor optimizer step.")] = True,
-    attention: Annotated[Attention, typer.Option(help="Attention kernel.")] = Attention.sdpa,
+    precision: PrecisionOpt = Precision.bf16_mixed,
+    grad_dtype: GradDtypeOpt = None,
+    optimizer: OptimizerOpt = OptimizerKind.adamw,
+    foreach: ForeachOpt = True,
+    attention: AttentionOpt = Attention.sdpa,
     loss: Annotated[Loss, typer.Option(help="Loss implementation.")] = Loss.standard,
     dropout: Annotated[
         float | None, typer.Option(help="Override every dropout rate (default: from the model).")
     ] = None,
-    gpus: Annotated[
-        int, typer.Option(help="Data-parallel GPUs sharing ZeRO shards (per-GPU memory shown).")
-    ] = 1,
-    zero: Annotated[
-        int, typer.Option(help="ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters.")
-    ] = 0,
-    recompute: Annotated[
-        Recompute | None, typer.Option(help="One recompute strategy (prints a detailed breakdown).")
-    ] = None,
-    every: Annotated[
-        int | None, typer.Option(help="k for --recompute every-k (default round(sqrt(N))).")
-    ] = None,
-    budget: Annotated[
-        str | None,
-        typer.Option(help="Activation budget for --recompute budget, e.g. 20GiB or 2e10."),
-    ] = None,
-    offload: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="WHAT=WHERE, repeatable: optimizer=cpu|nvme, params=cpu, activations=cpu."
-        ),
-    ] = None,
-    mfu: Annotated[
-        float, typer.Option(help="Model-FLOPs utilisation used to turn FLOPs into time.")
-    ] = DEFAULT_MFU,
-    format: Annotated[Format, typer.Option(help="Output format.")] = Format.table,
-    unit: Annotated[Unit, typer.Option(help="Memory unit: GiB (2^30) or GB (10^9).")] = Unit.GiB,
+    gpus: GpusOpt = 1,
+    zero: ZeroOpt = 0,
+    recompute: RecomputeOpt = None,
+    every: EveryOpt = None,
+    budget: BudgetOpt = None,
+    offload: OffloadOpt = None,
+    mfu: MfuOpt = DEFAULT_MFU,
+    format: FormatOpt = Format.table,
+    unit: UnitOpt = Unit.GiB,
 ) -> None:
     """Split the memory of one training step into parameters, gradients, optimizer states
     and activations under each recompute / offload strategy, and say whether it fits."""
@@ -189,9 +184,9 @@ def plan_command(
     gpu: Annotated[str, typer.Option(help="GPU profile name or file.")] = DEFAULT_GPU,
     batch: Annotated[int, typer.Option(help="Micro-batch size per GPU.")] = 1,
     seq: Annotated[int, typer.Option(help="Sequence length.")] = 1024,
-    precision: Annotated[Precision, typer.Option(help="Precision recipe.")] = Precision.bf16_mixed,
-    optimizer: Annotated[OptimizerKind, typer.Option(help="Optimizer.")] = OptimizerKind.adamw,
-    attention: Annotated[Attention, typer.Option(help="Attention kernel.")] = Attention.sdpa,
+    precision: PrecisionOpt = Precision.bf16_mixed,
+    optimizer: OptimizerOpt = OptimizerKind.adamw,
+    attention: AttentionOpt = Attention.sdpa,
     max_gpus: Annotated[int, typer.Option(help="Largest data-parallel size tried.")] = 8,
     format: Annotated[Format, typer.Option(help="table, markdown, json or csv.")] = Format.table,
     unit: Annotated[Unit, typer.Option(help="Memory unit.")] = Unit.GiB,

@@ -14,6 +14,21 @@ import typer
 
 from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_MFU
+from memcalc.options import (
+    BudgetOpt,
+    EveryOpt,
+    ForeachOpt,
+    FormatOpt,
+    GpuOpt,
+    GpusOpt,
+    GradDtypeOpt,
+    MfuOpt,
+    OffloadOpt,
+    OptimizerOpt,
+    RecomputeOpt,
+    UnitOpt,
+    ZeroOpt,
+)
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
 from memcalc.spec.training import Attention, DType, OptimizerKind, Precision
@@ -44,17 +59,13 @@ def trace_command(
     input_shape: Annotated[
         str, typer.Option(help="Token ids fed to the model: batch x sequence, e.g. 4x1024.")
     ] = "1x1024",
-    gpu: Annotated[
-        str, typer.Option(help="GPU profile name (memcalc profiles list) or a profile TOML path.")
-    ] = DEFAULT_GPU,
+    gpu: GpuOpt = DEFAULT_GPU,
     precision: Annotated[
         Precision, typer.Option(help="Precision recipe (the model is traced in its dtype).")
     ] = Precision.bf16_mixed,
-    grad_dtype: Annotated[
-        DType | None, typer.Option(help="Gradient dtype under -mixed (fp32 default, or bf16/fp16).")
-    ] = None,
-    optimizer: Annotated[OptimizerKind, typer.Option(help="Optimizer.")] = OptimizerKind.adamw,
-    foreach: Annotated[bool, typer.Option(help="Multi-tensor optimizer step.")] = True,
+    grad_dtype: GradDtypeOpt = None,
+    optimizer: OptimizerOpt = OptimizerKind.adamw,
+    foreach: ForeachOpt = True,
     attention: Annotated[
         Attention | None,
         typer.Option(help="Attention kernel of HF / preset models (default sdpa)."),
@@ -67,33 +78,15 @@ def trace_command(
         float | None,
         typer.Option(help="Override every dropout rate of an HF / preset model."),
     ] = None,
-    gpus: Annotated[
-        int, typer.Option(help="Data-parallel GPUs sharing ZeRO shards (per-GPU memory shown).")
-    ] = 1,
-    zero: Annotated[
-        int, typer.Option(help="ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters.")
-    ] = 0,
-    recompute: Annotated[
-        Recompute | None, typer.Option(help="One recompute strategy (prints a detailed breakdown).")
-    ] = None,
-    every: Annotated[
-        int | None, typer.Option(help="k for --recompute every-k (default round(sqrt(N))).")
-    ] = None,
-    budget: Annotated[
-        str | None,
-        typer.Option(help="Activation budget for --recompute budget, e.g. 20GiB or 2e10."),
-    ] = None,
-    offload: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="WHAT=WHERE, repeatable: optimizer=cpu|nvme, params=cpu, activations=cpu."
-        ),
-    ] = None,
-    mfu: Annotated[
-        float, typer.Option(help="Model-FLOPs utilisation used to turn FLOPs into time.")
-    ] = DEFAULT_MFU,
-    format: Annotated[Format, typer.Option(help="Output format.")] = Format.table,
-    unit: Annotated[Unit, typer.Option(help="Memory unit: GiB (2^30) or GB (10^9).")] = Unit.GiB,
+    gpus: GpusOpt = 1,
+    zero: ZeroOpt = 0,
+    recompute: RecomputeOpt = None,
+    every: EveryOpt = None,
+    budget: BudgetOpt = None,
+    offload: OffloadOpt = None,
+    mfu: MfuOpt = DEFAULT_MFU,
+    format: FormatOpt = Format.table,
+    unit: UnitOpt = Unit.GiB,
 ) -> None:
     """Trace any model under FakeTensorMode (no memory allocated): build it, run a training
     forward and backward, turn what autograd saved into memcalc's op graph, and print the

@@ -30,13 +30,13 @@ def validation_message(source: str, err: ValidationError) -> str:
     """One line for a pydantic error: ``source: field: message; field: message``."""
     parts = []
     for e in err.errors():
-        field = ".".join(str(loc) for loc in e["loc"]) or "spec"
+        field = ".".join(str(loc) for loc in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
         if e["type"] == "enum":
             msg = f"unknown value {e.get('input')!r}; {msg.lower()}"
-        parts.append(f"{field}: {msg}")
+        parts.append(f"{field}: {msg}" if field else msg)
     return f"{source}: " + "; ".join(parts)
 
 

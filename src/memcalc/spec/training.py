@@ -34,6 +34,14 @@ _ITEMSIZE = {
 }
 
 
+class GradDType(str, Enum):
+    """Dtypes gradients can have (the --grad-dtype choices)."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
 class Precision(str, Enum):
     """Precision recipe: dtypes of weights, gradients, master weights and activations."""
 
