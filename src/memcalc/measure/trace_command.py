@@ -31,7 +31,7 @@ from memcalc.options import (
 )
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
-from memcalc.spec.training import Attention, DType, OptimizerKind, Precision
+from memcalc.spec.training import Attention, GradDType, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
 from memcalc.units import Unit
 
@@ -130,7 +130,7 @@ def _run(
     input_shape: str,
     gpu: str,
     precision: Precision,
-    grad_dtype: DType | None,
+    grad_dtype: GradDType | None,
     optimizer: OptimizerKind,
     foreach: bool,
     attention: Attention | None,

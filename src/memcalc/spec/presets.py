@@ -7,22 +7,25 @@ against the Hugging Face implementation built on the meta device.
 from __future__ import annotations
 
 from memcalc.errors import one_of
-from memcalc.spec.model import ModelSpec
+from memcalc.spec.model import Family, ModelSpec
 
-_GPT2_DROPOUT = {"embedding_dropout": 0.1, "attention_dropout": 0.1, "residual_dropout": 0.1}
+GPT2_DROPOUT = 0.1
+"""openai-community/gpt2*: embd_pdrop = attn_pdrop = resid_pdrop = 0.1."""
 
 
 def _gpt2(name: str, hidden: int, layers: int, heads: int) -> ModelSpec:
     # openai-community/gpt2*: vocab 50257, n_positions 1024, gelu_new, all dropouts 0.1.
     return ModelSpec(
         name=name,
-        family="gpt2",
+        family=Family.gpt2,
         vocab_size=50257,
         hidden_size=hidden,
         num_layers=layers,
         num_heads=heads,
         max_position_embeddings=1024,
-        **_GPT2_DROPOUT,
+        embedding_dropout=GPT2_DROPOUT,
+        attention_dropout=GPT2_DROPOUT,
+        residual_dropout=GPT2_DROPOUT,
     )
 
 
@@ -41,7 +44,7 @@ def _llama(
 ) -> ModelSpec:
     return ModelSpec(
         name=name,
-        family="llama",
+        family=Family.llama,
         vocab_size=vocab,
         hidden_size=hidden,
         num_layers=layers,

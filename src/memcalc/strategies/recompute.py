@@ -202,7 +202,7 @@ def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
     fixed = graph.prologue_saved_bytes + graph.epilogue_saved_bytes
     extra_inputs = sum(s.nbytes for s in graph.checkpoint_extra_inputs)
     # state: (bytes, flops, uses_checkpoint) -> choices
-    frontier: list[tuple[int, int, bool, tuple[str, ...]]] = [(0, 0, False, ())]
+    frontier: list[_State] = [(0, 0, False, ())]
     for blk in graph.blocks:
         options = [("none", blk.saved_bytes, 0, False)]
         if blk.core_only_bytes:
@@ -261,12 +261,17 @@ def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
     )
 
 
-def _pareto(states, extra_inputs):  # type: ignore[no-untyped-def]
+_State = tuple[int, int, bool, tuple[str, ...]]
+"""(stored bytes of the blocks so far, extra FLOPs, uses a checkpoint, choice per block)"""
+
+
+def _pareto(states: list[_State], extra_inputs: int) -> list[_State]:
     """Keep the states no other state beats on both bytes (charging the checkpoint's extra
-    inputs to states that use one) and FLOPs."""
+    inputs to states that use one) and FLOPs. Exact: whatever the remaining blocks choose, a
+    dominated state's completion costs at least as much as the dominating state's."""
     keyed = sorted(states, key=lambda st: (st[0] + (extra_inputs if st[2] else 0), st[1]))
-    out = []
-    best_flops = None
+    out: list[_State] = []
+    best_flops: int | None = None
     for st in keyed:
         if best_flops is None or st[1] < best_flops:
             out.append(st)
