@@ -195,16 +195,45 @@ def test_cli_measure_exit_codes():
     assert strict.exit_code == 1
 
 
+CUDA_STATE_TOLERANCE = 0.01
+"""Gradients and optimizer states on CUDA are read as allocated bytes: each tensor is rounded up
+to the caching allocator's 512-byte blocks."""
+CUDA_ACTIVATION_TOLERANCE = 0.03
+"""Stored activations on CUDA: allocator rounding (512-byte blocks) and kernel choices (flash vs
+memory-efficient logsumexp padding) move a few percent at these small sizes."""
+CUDA_PEAK_TOLERANCE = 0.05
+"""Peak allocated on CUDA: library workspaces (cuBLAS) and allocator rounding come on top of the
+live tensors the timeline models."""
+
+
 @pytest.mark.cuda
-def test_cuda_measure_matches_estimate():
+@pytest.mark.parametrize(
+    "spec,precision,attention,dropout,rc",
+    [
+        (GPT2, "bf16-mixed", "sdpa", 0.0, Recompute.none),
+        (GPT2, "bf16-mixed", "sdpa", 0.0, Recompute.full),
+        (GPT2, "fp32", "eager", 0.1, Recompute.none),
+        (LLAMA, "bf16", "sdpa", 0.0, Recompute.none),
+        (LLAMA, "bf16", "eager", 0.0, Recompute.selective),
+        (LLAMA, "bf16-mixed", "sdpa", 0.0, Recompute.every_k),
+    ],
+)
+def test_cuda_measure_matches_estimate(spec, precision, attention, dropout, rc):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    setup = TrainingSetup(batch=2, seq=128, precision="bf16-mixed", attention="sdpa", dropout=0.0)
-    spec = GPT2.model_copy(update={"max_position_embeddings": 256})
-    for rc in (Recompute.none, Recompute.full):
-        m = measure(spec, setup, recompute=rc, device="cuda")
-        b = estimate_for(spec, setup, GPU, Options(recompute=rc), "cuda")
-        rows = {r.component: r for r in compare(b, m)}
-        for name in ("parameters", "gradients", "optimizer states"):
-            assert rows[name].within(0.01), (name, rows[name])
-        assert rows["stored activations"].within(0.05), rows["stored activations"]
+    spec = spec.model_copy(update={"max_position_embeddings": 1024})
+    setup = TrainingSetup(
+        batch=4, seq=512, precision=precision, attention=attention, dropout=dropout
+    )
+    m = measure(spec, setup, recompute=rc, every=2, device="cuda")
+    b = estimate_for(spec, setup, GPU, Options(recompute=rc, every=2), "cuda")
+    rows = {r.component: r for r in compare(b, m)}
+    for name in ("parameters", "gradients", "optimizer states"):
+        assert rows[name].within(CUDA_STATE_TOLERANCE), (name, rows[name])
+    act, peak = rows["stored activations"], rows["peak of the step"]
+    assert act.within(CUDA_ACTIVATION_TOLERANCE), (
+        f"activations: estimate {act.estimate_bytes}, measured {act.measured_bytes}"
+    )
+    assert peak.within(CUDA_PEAK_TOLERANCE), (
+        f"peak: estimate {peak.estimate_bytes}, measured {peak.measured_bytes}"
+    )
