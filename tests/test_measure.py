@@ -12,6 +12,7 @@ from memcalc.estimate import Options  # noqa: E402
 from memcalc.measure.build import Impl  # noqa: E402
 from memcalc.measure.compare import compare, estimate_for  # noqa: E402
 from memcalc.measure.runner import measure  # noqa: E402
+from memcalc.params import count_params  # noqa: E402
 from memcalc.profiles import load_profile  # noqa: E402
 from memcalc.spec.model import ModelSpec  # noqa: E402
 from memcalc.spec.training import TrainingSetup  # noqa: E402
@@ -102,6 +103,48 @@ def test_selective_close_to_estimate(spec, precision, attention, dropout):
 def test_hf_model_matches_estimate(spec, precision, attention, dropout, recompute):
     pytest.importorskip("transformers")
     _check(spec, Impl.hf, precision, attention, dropout, recompute)
+
+
+AMP_GRID = [
+    # torch.autocast(bfloat16) over fp32 weights (HF Trainer --bf16). CPU autocast matches CUDA's
+    # op lists for these models except pow (gelu_new), which lower(device="cpu") follows.
+    (GPT2, "amp-bf16", "eager", None),
+    (GPT2, "amp-bf16", "sdpa", 0.0),
+    (LLAMA, "amp-bf16", "eager", None),
+    (LLAMA, "amp-bf16", "sdpa", None),
+]
+
+
+@pytest.mark.parametrize("recompute", [Recompute.none, Recompute.full, Recompute.selective])
+@pytest.mark.parametrize(("spec", "precision", "attention", "dropout"), AMP_GRID)
+def test_autocast_matches_estimate(spec, precision, attention, dropout, recompute):
+    _check(spec, Impl.ours, precision, attention, dropout, recompute)
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize(("spec", "precision", "attention", "dropout"), AMP_GRID)
+def test_hf_autocast_matches_estimate(spec, precision, attention, dropout):
+    pytest.importorskip("transformers")
+    _check(spec, Impl.hf, precision, attention, dropout, Recompute.none)
+
+
+def test_autocast_is_16_bytes_per_param_with_adamw_and_saves_weight_casts():
+    """fp32 weights and grads, AdamW m + v (4 + 4 + 8), no master copy; every matmul saves a
+    bf16 cast of its weight: 2 bytes per block parameter of matmuls among the activations."""
+    setup = TrainingSetup(batch=1, seq=16, precision="amp-bf16")
+    m = measure(LLAMA, setup, device="cpu")
+    p = count_params(LLAMA).total
+    assert (m.parameter_bytes, m.gradient_bytes) == (4 * p, 4 * p)
+    b = estimate_for(LLAMA, setup, GPU, Options(), "cpu")
+    casts = sum(blk.weight_cast_bytes for blk in b_graph(LLAMA, setup).blocks)
+    assert casts == 2 * (count_params(LLAMA).attention + count_params(LLAMA).mlp)
+    assert m.activation_bytes == b.activation_bytes
+
+
+def b_graph(spec, setup):
+    from memcalc.graph.lower import lower
+
+    return lower(spec, setup, device="cpu")
 
 
 def test_mixed_precision_is_18_bytes_per_param_with_adamw():

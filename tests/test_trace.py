@@ -57,6 +57,10 @@ GRID = list(
         ["fp32", "bf16"],
         [0.0, 0.1],
     )
+) + list(
+    itertools.product(
+        [Impl.ours, Impl.hf], [GPT2, LLAMA_GQA], ["eager", "sdpa"], ["amp-bf16"], [0.0]
+    )
 )
 
 

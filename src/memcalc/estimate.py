@@ -182,7 +182,13 @@ def estimate_graph(
     assumptions = [
         f"precision {setup.precision.value}: weights {setup.weight_dtype.value}, gradients "
         f"{setup.gradient_dtype.value}, optimizer states {setup.optimizer_dtype.value}"
-        + (", fp32 master weights" if setup.precision.is_mixed else ""),
+        + (", fp32 master weights" if setup.precision.is_mixed else "")
+        + (
+            f"; torch.autocast: matmuls in {setup.activation_dtype.value}, each saving "
+            f"{setup.activation_dtype.value} casts of its input and weight"
+            if setup.precision.is_amp
+            else ""
+        ),
         f"attention kernel {setup.attention.value}; loss {setup.loss.value}",
         *notes,
         f"runtime overhead {gpu.runtime_overhead_bytes} bytes from the GPU profile "

@@ -102,8 +102,15 @@ def step_timeline(
 
     moments: list[Moment] = []
     acts = stored_activation_bytes
+    # torch.autocast caches the 16-bit weight casts until the autocast region ends (after the
+    # loss): for recomputed blocks nothing else holds them, so they peak with the loss.
+    weight_cache = sum(
+        blk.weight_cast_bytes
+        for blk, choice in zip(graph.blocks, plan.per_block, strict=False)
+        if choice == "full"
+    )
     if setup.loss is Loss.standard and graph.logits is not None:
-        logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0)
+        logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0) + weight_cache
         head_p = P + gathered(counts.lm_head_numel)
         moments.append(Moment("forward", "loss: log_softmax", head_p, 0, OPT, acts, logits))
         moments.append(

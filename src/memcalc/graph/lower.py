@@ -26,7 +26,17 @@ class _Scope:
     """Collects the ops of one scope (prologue, a block, epilogue)."""
 
     fp8_linears: bool = False
+    autocast: DType | None = None
+    """Under torch.autocast: the 16-bit dtype matmuls cast their inputs and weights to."""
     ops: list[Op] = field(default_factory=list)
+
+    def matmul_input(self, x: Saved, op: str) -> Saved:
+        """What a matmul saves of its activation input: ``x`` itself, or under autocast a
+        16-bit cast of an fp32 ``x`` -- made by each matmul anew (autocast caches only casts
+        of leaf tensors, the weights), so three projections of one input save three copies."""
+        if self.autocast is None or x.dtype is self.autocast:
+            return x
+        return Saved(f"{op}.{x.name}.cast", x.view_numel or x.numel, self.autocast)
 
     def add(
         self,
@@ -40,6 +50,10 @@ class _Scope:
     ) -> None:
         """Append an op; ``grads`` = bytes of its output gradient + its input gradients."""
         self.ops.append(Op(name, component, tuple(saves), flops, source, core, grads))
+
+
+WEIGHT_CAST = "weight_cast"
+"""Name suffix of an autocast weight copy (counted by ``Block.weight_cast_bytes``)."""
 
 
 def matmul_flops(m: int, k: int, n: int) -> int:
@@ -117,12 +131,20 @@ def linear(
 
     Under fp8 training (Transformer Engine ``te.Linear``), the saved input is its fp8 cast
     (1 byte per element) instead; the name keeps the casts of one input shared.
+    Under torch.autocast (``autocast_mode.cpp``: linear/addmm/mm are lower-precision ops), the
+    input and the weight are cast to 16 bits and both casts are saved: the weight's cast is an
+    activation of n_in x n_out 16-bit elements, held until this op's backward.
     """
-    saved = Saved(f"{x.name}.fp8", x.numel, DType.fp8) if sc.fp8_linears else x
+    if sc.fp8_linears:
+        saved = [Saved(f"{x.name}.fp8", x.numel, DType.fp8)]
+    else:
+        saved = [sc.matmul_input(x, name)]
+    if sc.autocast is not None:
+        saved.append(Saved(f"{name}.{WEIGHT_CAST}", n_in * n_out, sc.autocast))
     sc.add(
         name,
         comp,
-        [saved],
+        saved,
         matmul_flops(tokens, n_in, n_out),
         "aten.addmm/mm: saves mat1 (input) and mat2 (weight, a parameter)",
         grads=tokens * (n_in + n_out) * out_dtype.itemsize,
@@ -158,7 +180,9 @@ def dropout(
     return Saved(keep_output_name or f"{name}.out", x.numel, x.dtype)
 
 
-def gelu_mlp_activation(sc: _Scope, prefix: str, x: Saved, act: Activation) -> Saved:
+def gelu_mlp_activation(
+    sc: _Scope, prefix: str, x: Saved, act: Activation, *, pow_in_fp32: bool = False
+) -> Saved:
     """The GPT-2 MLP activation; what it saves depends on how it is written.
 
     ``gelu_new`` (HF NewGELUActivation) is Python ops:
@@ -166,14 +190,26 @@ def gelu_mlp_activation(sc: _Scope, prefix: str, x: Saved, act: Activation) -> S
     saves its result, the final ``mul`` saves both factors (0.5*x and 1+tanh): x plus 3 new
     tensors of the MLP width. ``gelu``/``gelu_pytorch_tanh`` (``aten.gelu``) save their input
     only; ``relu`` (``aten.threshold_backward``) saves its result.
+    ``pow_in_fp32``: CUDA autocast runs ``pow`` in fp32 (an fp32-list op in autocast_mode.cpp),
+    so ``pow`` saves an fp32 copy of x and the tanh branch, 1 + tanh and the output are fp32
+    (only 0.5*x stays 16-bit); CPU autocast has no such rule.
     """
     n, g = x.numel, x.nbytes
     if act is Activation.gelu_new:
-        sc.add(f"{prefix}.pow", MLP, [x], 2 * n, "aten.pow.Tensor_Scalar: saves self", grads=2 * g)
+        branch = DType.fp32 if pow_in_fp32 else x.dtype
+        pow_in = Saved(f"{prefix}.x_fp32", n, DType.fp32) if pow_in_fp32 else x
+        sc.add(
+            f"{prefix}.pow",
+            MLP,
+            [pow_in],
+            2 * n,
+            "aten.pow.Tensor_Scalar: saves self",
+            grads=2 * pow_in.nbytes,
+        )
         sc.add(
             f"{prefix}.tanh",
             MLP,
-            [Saved(f"{prefix}.tanh", n, x.dtype)],
+            [Saved(f"{prefix}.tanh", n, branch)],
             4 * n,
             "aten.tanh: saves result",
             grads=2 * g,
@@ -181,11 +217,12 @@ def gelu_mlp_activation(sc: _Scope, prefix: str, x: Saved, act: Activation) -> S
         sc.add(
             f"{prefix}.mul",
             MLP,
-            [Saved(f"{prefix}.half_x", n, x.dtype), Saved(f"{prefix}.one_plus_tanh", n, x.dtype)],
+            [Saved(f"{prefix}.half_x", n, x.dtype), Saved(f"{prefix}.one_plus_tanh", n, branch)],
             4 * n,
             "aten.mul.Tensor: saves self and other",
-            grads=3 * g,
+            grads=3 * n * branch.itemsize,
         )
+        return Saved(f"{prefix}.out", n, branch)
     elif act is Activation.relu:
         sc.add(
             f"{prefix}.relu",
@@ -219,6 +256,11 @@ class _Dims:
     m: int
     V: int
     p: DType
+    """Activation dtype: what matmuls output."""
+    r: DType
+    """Residual-stream dtype: p, or fp32 under autocast (fp32 weights, fp32 embeddings)."""
+    pow_in_fp32: bool = False
+    """CUDA autocast runs pow in fp32 (HF gelu_new)."""
 
     @property
     def T(self) -> int:  # noqa: N802 -- T is the paper's name for tokens
@@ -235,6 +277,7 @@ def _attention_core(
     attention: Attention,
     softmax_in_fp32: bool,
     prefix: str,
+    probs_to: DType,
 ) -> Saved:
     """Attention from q, k, v to the merged (T x h) output that the out-projection saves.
 
@@ -246,6 +289,9 @@ def _attention_core(
     the fp32 logsumexp (b*a*s); the output is laid out (b, s, a, d), so the reshape is a view and
     the out-projection saves the same storage. Dropout inside the kernel keeps no mask (Philox
     seed and offset are replayed).
+    Under autocast each matmul (and SDPA) saves 16-bit casts of its fp32 inputs;
+    ``probs_to`` is the dtype the probabilities are cast to after softmax (GPT-2: v's dtype,
+    Llama: q's -- fp32 under autocast, so its AV matmul casts them again).
     """
     b, s, a, T = dims.b, dims.s, dims.a, dims.T
     scores = b * a * s * s
@@ -255,7 +301,7 @@ def _attention_core(
         sc.add(
             f"{prefix}.qk_matmul",
             ATTN,
-            [q, k],
+            unique([sc.matmul_input(q, "qk"), sc.matmul_input(k, "qk")]),
             qk_flops,
             "aten.bmm (matmul q @ k^T): saves q and k",
             core=True,
@@ -265,7 +311,7 @@ def _attention_core(
         probs = Saved(f"{prefix}.softmax", scores, soft_dtype)
         # backward: the p gradient of the .to(p) copy, its fp32 cast, softmax's input gradient
         soft_grads = 2 * scores * soft_dtype.itemsize + (
-            scores * p if soft_dtype is not dims.p else 0
+            scores * p if soft_dtype is not probs_to else 0
         )
         sc.add(
             f"{prefix}.softmax",
@@ -276,13 +322,13 @@ def _attention_core(
             True,
             grads=soft_grads,
         )
-        if soft_dtype is not dims.p:
-            probs = Saved(f"{prefix}.probs", scores, dims.p)  # .to(p) copy, no save of its own
+        if soft_dtype is not probs_to:
+            probs = Saved(f"{prefix}.probs", scores, probs_to)  # .to() copy, saves nothing
         probs = dropout(sc, f"{prefix}.attn_dropout", ATTN, probs, dropout_p, core=True)
         sc.add(
             f"{prefix}.av_matmul",
             ATTN,
-            [probs, v],
+            [sc.matmul_input(probs, "av"), sc.matmul_input(v, "av")],
             qk_flops,
             "aten.bmm (matmul probs @ v): saves probs and v",
             core=True,
@@ -294,7 +340,7 @@ def _attention_core(
     sc.add(
         f"{prefix}.sdpa",
         ATTN,
-        [q, k, v, out, lse],
+        unique([sc.matmul_input(t, "sdpa") for t in (q, k, v)] + [out, lse]),
         2 * qk_flops + 5 * scores,
         "aten._scaled_dot_product_flash_attention: saves q, k, v, out, logsumexp",
         grads=T * (dims.h + 2 * dims.kv) * p + out.nbytes,
@@ -302,14 +348,28 @@ def _attention_core(
     return out
 
 
+def unique(saved: list[Saved]) -> list[Saved]:
+    """``saved`` without repeated storages (q, k, v of a fused projection are one storage)."""
+    out: dict[str, Saved] = {}
+    for t in saved:
+        out.setdefault(t.name, t)
+    return list(out.values())
+
+
+def _scope(setup: TrainingSetup) -> _Scope:
+    """A scope whose linears follow the precision recipe (fp8 saved inputs, autocast casts)."""
+    autocast = setup.activation_dtype if setup.precision.is_amp else None
+    return _Scope(fp8_linears=setup.precision is Precision.fp8_mixed, autocast=autocast)
+
+
 def _gpt2_block(
     i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims, stat_dtype: DType
 ) -> Block:
     """HF GPT2Block: ln_1, c_attn (fused qkv), attention, c_proj, dropout, residual,
     ln_2, c_fc, activation, c_proj, dropout, residual."""
-    sc = _Scope(fp8_linears=setup.precision is Precision.fp8_mixed)
+    sc = _scope(setup)
     T, h, m, p = dims.T, dims.h, dims.m, dims.p
-    x = _t(f"b{i}.in", T, h, p)
+    x = _t(f"b{i}.in", T, h, dims.r)
     ln1 = layer_norm(sc, "ln_1", x, T, stat_dtype)
     qkv = linear(sc, "attn.c_attn", ATTN, ln1, T, h, 3 * h, p)  # q, k, v are views of this
     merged = _attention_core(
@@ -320,16 +380,19 @@ def _gpt2_block(
         qkv,
         spec.attention_dropout,
         setup.attention,
-        softmax_in_fp32=False,
+        # eager adds HF's causal mask, in the stream dtype: under autocast that promotes the
+        # bf16 scores to fp32 before softmax; ``.type(value.dtype)`` casts them back.
+        softmax_in_fp32=dims.r is DType.fp32,
         prefix="attn",
+        probs_to=p,
     )
     proj = linear(sc, "attn.c_proj", ATTN, merged, T, h, h, p)
     dropout(sc, "attn.resid_dropout", ATTN, proj, spec.residual_dropout)
-    resid = _t("resid_mid", T, h, p)
+    resid = _t("resid_mid", T, h, dims.r)
     sc.add("attn.residual_add", ATTN, [], T * h, "aten.add: saves nothing")
     ln2 = layer_norm(sc, "ln_2", resid, T, stat_dtype)
     fc = linear(sc, "mlp.c_fc", MLP, ln2, T, h, m, p)
-    act = gelu_mlp_activation(sc, "mlp.act", fc, spec.act)
+    act = gelu_mlp_activation(sc, "mlp.act", fc, spec.act, pow_in_fp32=dims.pow_in_fp32)
     out = linear(sc, "mlp.c_proj", MLP, act, T, m, h, p)
     dropout(sc, "mlp.dropout", MLP, out, spec.residual_dropout)
     sc.add("mlp.residual_add", MLP, [], T * h, "aten.add: saves nothing")
@@ -341,9 +404,9 @@ def _llama_block(
 ) -> Block:
     """HF LlamaDecoderLayer: RMSNorm, q/k/v proj, RoPE, attention, o_proj, residual,
     RMSNorm, gate/up proj, SiLU, gate*up, down proj, residual."""
-    sc = _Scope(fp8_linears=setup.precision is Precision.fp8_mixed)
+    sc = _scope(setup)
     T, h, kv, m, p = dims.T, dims.h, dims.kv, dims.m, dims.p
-    x = _t(f"b{i}.in", T, h, p)
+    x = _t(f"b{i}.in", T, h, dims.r)
     n1 = rms_norm(sc, "input_layernorm", x, T, h)
     linear(sc, "attn.q_proj", ATTN, n1, T, h, h, p)
     linear(sc, "attn.k_proj", ATTN, n1, T, h, kv, p)
@@ -359,14 +422,20 @@ def _llama_block(
         "aten.mul(q, cos): saves cos (and sin)",
         grads=2 * T * (h + kv) * p.itemsize,
     )
-    q = Saved("attn.q_embed", T * h, p)
-    k = k_embed = Saved("attn.k_embed", T * kv, p)
+    # q (p) * cos (stream dtype): under autocast the rotated q and k are fp32.
+    q = Saved("attn.q_embed", T * h, dims.r)
+    k = k_embed = Saved("attn.k_embed", T * kv, dims.r)
     v_proj = v
-    if setup.attention is Attention.eager and kv != h and not (spec.kv_heads == 1 and dims.b == 1):
-        # repeat_kv: expand + reshape copies k and v to all heads before the eager matmuls
-        # (with one kv head and b == 1 the reshape is a view of the expanded tensor).
-        k = Saved("attn.k_repeated", T * h, p)
-        v = Saved("attn.v_repeated", T * h, p)
+    if setup.attention is Attention.eager and kv != h:
+        if spec.kv_heads == 1 and dims.b == 1:
+            # repeat_kv's reshape of the expanded tensor is a view: no copy, but an op that
+            # casts it (autocast) materialises all heads.
+            k = replace(k, view_numel=T * h)
+            v = replace(v, view_numel=T * h)
+        else:
+            # repeat_kv: expand + reshape copies k and v to all heads for the eager matmuls.
+            k = Saved("attn.k_repeated", T * h, k.dtype)
+            v = Saved("attn.v_repeated", T * h, v.dtype)
     merged = _attention_core(
         sc,
         dims,
@@ -377,10 +446,11 @@ def _llama_block(
         setup.attention,
         softmax_in_fp32=True,
         prefix="attn",
+        probs_to=q.dtype,
     )
     linear(sc, "attn.o_proj", ATTN, merged, T, h, h, p)
     sc.add("attn.residual_add", ATTN, [], T * h, "aten.add: saves nothing")
-    resid = _t("resid_mid", T, h, p)
+    resid = _t("resid_mid", T, h, dims.r)
     n2 = rms_norm(sc, "post_attention_layernorm", resid, T, h)
     gate = linear(sc, "mlp.gate_proj", MLP, n2, T, h, m, p)
     up = linear(sc, "mlp.up_proj", MLP, n2, T, h, m, p)
@@ -457,9 +527,12 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         m=spec.mlp_size,
         V=spec.vocab_size,
         p=p,
+        r=DType.fp32 if setup.precision.is_amp else p,
+        pow_in_fp32=setup.precision.is_amp and device == "cuda",
     )
     T = dims.T
-    stat_dtype = DType.fp32 if (device == "cuda" or p is DType.fp32) else p
+    r = dims.r
+    stat_dtype = DType.fp32 if (device == "cuda" or r is DType.fp32) else r
 
     pro = _Scope()
     pro.add(
@@ -478,13 +551,13 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
             T * dims.h,
             "aten.embedding: saves indices (position_ids of shape 1 x s)",
         )
-        x = _t("embed.out", T, dims.h, p)
+        x = _t("embed.out", T, dims.h, r)
         dropout(pro, "embed_dropout", Component.embedding, x, spec.embedding_dropout)
         blocks = tuple(
             _gpt2_block(i, spec, setup, dims, stat_dtype) for i in range(spec.num_layers)
         )
     else:
-        rope = (Saved("rope.cos", setup.seq * dims.d, p), Saved("rope.sin", setup.seq * dims.d, p))
+        rope = (Saved("rope.cos", setup.seq * dims.d, r), Saved("rope.sin", setup.seq * dims.d, r))
         blocks = tuple(_llama_block(i, spec, setup, dims, rope) for i in range(spec.num_layers))
         # cos/sin are shared by all blocks: count them once, in the prologue, not per block.
         pro.add(
@@ -508,14 +581,14 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         # to every decoder layer; a checkpoint keeps it alive once (GPT-2 passes it
         # positionally, so checkpoint's _NoopSaveInputs saves it; Llama by keyword, so the
         # checkpoint's closure holds it).
-        extra = (Saved("eager_causal_mask", setup.batch * setup.seq * setup.seq, p),)
+        extra = (Saved("eager_causal_mask", setup.batch * setup.seq * setup.seq, r),)
     if not spec.is_gpt2:
         # HF Llama passes position_ids (1 x s, int64) to every layer by keyword; no op saves
         # them (RoPE runs under no_grad), so a checkpoint's closure is what keeps them.
         extra += (Saved("position_ids", setup.seq, DType.int64),)
 
-    epi = _Scope()
-    last = _t(f"b{spec.num_layers}.in", T, dims.h, p)
+    epi = _scope(setup)
+    last = _t(f"b{spec.num_layers}.in", T, dims.h, r)
     if spec.is_gpt2:
         final = layer_norm(epi, "ln_f", last, T, stat_dtype)
     else:

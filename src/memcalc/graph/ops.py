@@ -31,6 +31,9 @@ class Saved:
     name: str
     numel: int
     dtype: DType
+    view_numel: int | None = None
+    """Elements of the tensor an op sees when it is a broadcast view of this storage (an
+    expanded k in MQA); a cast of the view materialises that many."""
 
     @property
     def nbytes(self) -> int:
@@ -110,6 +113,13 @@ class Block:
         return {s.name for op in self.ops if op.attention_core for s in op.saves} - kept
 
     @property
+    def weight_cast_bytes(self) -> int:
+        """16-bit copies of the weights saved by this block's matmuls under autocast."""
+        return sum(
+            s.nbytes for name, s in unique_saved(self.ops).items() if name.endswith("weight_cast")
+        )
+
+    @property
     def core_only_bytes(self) -> int:
         """Bytes selective recompute drops in forward and rebuilds in backward."""
         core = self.core_only_names
@@ -120,6 +130,8 @@ class Block:
         """Saved bytes minus the core's own tensors, plus core inputs nothing else saved
         (e.g. k and v before ``repeat_kv``: the core's checkpoint keeps them)."""
         core = self.core_only_names
+        if not core:  # nothing to drop (a fused SDPA kernel): no checkpoint, nothing kept extra
+            return self.saved_bytes
         saved = unique_saved(self.ops)
         kept = sum(s.nbytes for name, s in saved.items() if name not in core)
         return kept + sum(s.nbytes for s in self.core_inputs if s.name not in saved)
@@ -134,6 +146,8 @@ class Block:
 
     def selective_bytes_by_component(self) -> dict[Component, int]:
         out = self.bytes_by_component(frozenset(self.core_only_names))
+        if not self.core_only_names:
+            return out
         saved = unique_saved(self.ops)
         extra = sum(s.nbytes for s in self.core_inputs if s.name not in saved)
         if extra:

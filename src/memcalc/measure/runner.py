@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from memcalc.errors import MemcalcError
-from memcalc.measure.build import Impl, attention_kind, build_model, forward_loss
+from memcalc.measure.build import Impl, attention_kind, build_model, forward_loss, torch_dtype
 from memcalc.measure.strategies import apply_strategy, bool_dropout_masks
 from memcalc.measure.tracker import LiveMemoryTracker, SavedTensorRecorder, _storage_key
 from memcalc.spec.model import ModelSpec
@@ -80,6 +80,8 @@ class _Trainer:
     optimizer: torch.optim.Optimizer
     mixed: bool
     offloaded: bool
+    autocast: torch.dtype | None = None
+    """Run the forward under torch.autocast in this dtype (amp-bf16 / amp-fp16)."""
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -157,6 +159,7 @@ def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) ->
         _optimizer(setup.optimizer, opt_params, foreach),
         mixed,
         offload_optimizer,
+        torch_dtype(setup.activation_dtype) if setup.precision.is_amp else None,
     )
 
 
@@ -249,7 +252,11 @@ def _one_step(
     trainer.zero_grad()
     phase[0] = "forward"
     on("before_forward", None)
-    loss = forward_loss(trainer.model, ids)
+    if trainer.autocast is None:
+        loss = forward_loss(trainer.model, ids)
+    else:
+        with torch.autocast(ids.device.type, dtype=trainer.autocast):
+            loss = forward_loss(trainer.model, ids)
     on("after_forward", loss)
     phase[0] = "backward"
     loss.backward()

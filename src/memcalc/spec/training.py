@@ -59,17 +59,32 @@ class Precision(str, Enum):
     fp8_mixed = "fp8-mixed"
     """bf16-mixed with fp8 (e4m3) copies of the linear inputs saved for backward
     (Transformer Engine style); weights, grads and master weights as bf16-mixed."""
+    amp_bf16 = "amp-bf16"
+    """torch.autocast(dtype=bfloat16) over fp32 weights (HF Trainer ``--bf16``, PyTorch AMP):
+    fp32 weights, grads and optimizer states (4 + 4 + 8 bytes/param with AdamW, no separate
+    master copy); matmuls run in bf16 on bf16 casts of their inputs and of the weights, which
+    they save for backward; the residual stream, norms and softmax stay fp32."""
+    amp_fp16 = "amp-fp16"
+    """As amp-bf16 with float16 (plus a GradScaler, which holds no per-parameter state)."""
+
+    @property
+    def is_amp(self) -> bool:
+        """True under torch.autocast: fp32 weights, 16-bit matmuls."""
+        return self in (Precision.amp_bf16, Precision.amp_fp16)
 
     @property
     def weight_dtype(self) -> DType:
-        return (
-            DType.fp32
-            if self is Precision.fp32
-            else (DType.fp16 if self in (Precision.fp16, Precision.fp16_mixed) else DType.bf16)
-        )
+        if self is Precision.fp32 or self.is_amp:
+            return DType.fp32
+        return DType.fp16 if self in (Precision.fp16, Precision.fp16_mixed) else DType.bf16
 
     @property
     def activation_dtype(self) -> DType:
+        """The dtype matmuls compute in (their outputs)."""
+        if self is Precision.amp_bf16:
+            return DType.bf16
+        if self is Precision.amp_fp16:
+            return DType.fp16
         return self.weight_dtype
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -47,7 +48,12 @@ def trace_module(
     ids, and turn what autograd saved into an ``OpGraph`` (see the module docstring)."""
     start = time.perf_counter()
     batch, seq = setup.batch, setup.seq
-    dtype = torch_dtype(setup.activation_dtype)
+    dtype = torch_dtype(setup.weight_dtype)  # fp32 under autocast (amp-*)
+    autocast = (
+        torch.autocast("cpu", dtype=torch_dtype(setup.activation_dtype))
+        if setup.precision.is_amp
+        else contextlib.nullcontext()
+    )
     with FakeTensorMode(allow_non_fake_inputs=True), gpu_kernels():
         model = build()
         device = _device(model, name)
@@ -65,7 +71,7 @@ def trace_module(
         ids = torch.randint(0, vocab, (batch, seq), device=device)
         try:
             with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
-                with unpacked_sequences(), OpRecorder(rec):
+                with unpacked_sequences(), OpRecorder(rec), autocast:
                     out = run_forward(model, ids)
                     loss, logits = loss_and_logits(out, ids)
             graph = build_graph(rec, blocks, modules, loss, logits, batch, seq)
