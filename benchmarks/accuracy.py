@@ -48,6 +48,9 @@ CASES = [
     (LLAMA, Impl.hf, "bf16-mixed", "sdpa", 0.0, Recompute.full),
     (LLAMA, Impl.ours, "fp32", "eager", 0.0, Recompute.selective),
     (LLAMA, Impl.ours, "bf16", "eager", 0.0, Recompute.full),
+    (GPT2, Impl.hf, "amp-bf16", "eager", 0.1, Recompute.none),
+    (LLAMA, Impl.hf, "amp-bf16", "sdpa", 0.0, Recompute.full),
+    (LLAMA, Impl.ours, "amp-bf16", "eager", 0.0, Recompute.selective),
 ]
 
 
