@@ -92,8 +92,7 @@ def _fmt(n: int, unit: Unit) -> str:
     return f"{to_unit(n, unit):.2f}"
 
 
-_COLUMNS = (
-    "strategy",
+_MEMORY_COLUMNS = (
     "params",
     "grads",
     "optimizer",
@@ -102,10 +101,8 @@ _COLUMNS = (
     "overhead",
     "peak GPU",
     "host",
-    "extra compute",
-    "extra transfer",
-    "fits",
 )
+_COLUMNS = ("strategy", *_MEMORY_COLUMNS, "extra compute", "extra transfer", "fits")
 
 
 def _row(b: Breakdown, unit: Unit) -> list[str]:
@@ -152,22 +149,7 @@ def render_strategies(rows: list[Breakdown], fmt: Format, unit: Unit) -> str:
         )
     if fmt is Format.csv:
         return _csv([breakdown_record(b) for b in rows])
-    headers = [
-        f"{c} ({unit.value})"
-        if c
-        in {
-            "params",
-            "grads",
-            "optimizer",
-            "activations",
-            "transient",
-            "overhead",
-            "peak GPU",
-            "host",
-        }
-        else c
-        for c in _COLUMNS
-    ]
+    headers = [f"{c} ({unit.value})" if c in _MEMORY_COLUMNS else c for c in _COLUMNS]
     table = tabulate(
         [_row(b, unit) for b in rows],
         headers=headers,
