@@ -22,6 +22,8 @@ class Component(str, Enum):
     norm = "norm"
     output = "output"
     """Final projection to the vocabulary and the loss."""
+    checkpoint = "checkpoint"
+    """What recompute checkpoints keep: block inputs (and inputs shared by all blocks)."""
 
 
 @dataclass(frozen=True)

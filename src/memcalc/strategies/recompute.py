@@ -112,7 +112,7 @@ def selective(graph: OpGraph) -> ActivationPlan:
         # The core runs under a checkpoint, which also keeps its extra inputs (HF's eager mask).
         extra = sum(s.nbytes for s in graph.checkpoint_extra_inputs)
         block_stored[0] += extra
-        comp = _merge(comp, {Component.attention: extra})
+        comp = _merge(comp, {Component.checkpoint: extra})
     for blk in graph.blocks:
         comp = _merge(comp, blk.selective_bytes_by_component())
     return ActivationPlan(
@@ -144,7 +144,7 @@ def every_k(graph: OpGraph, k: int) -> ActivationPlan:
     inputs = sum(seg[0].input.nbytes for seg in segments)
     stored = graph.prologue_saved_bytes + graph.epilogue_saved_bytes + inputs + extra
     rebuild = max(sum(b.saved_bytes for b in seg) - seg[0].input.nbytes for seg in segments)
-    comp = _merge(_outside_blocks(graph), {Component.norm: inputs + extra})
+    comp = _merge(_outside_blocks(graph), {Component.checkpoint: inputs + extra})
     name = "full" if k == 1 else f"every-{k}"
     block_stored: list[int] = []
     block_rebuild: list[int] = []
@@ -166,7 +166,6 @@ def every_k(graph: OpGraph, k: int) -> ActivationPlan:
         sum(b.flops for b in graph.blocks),
         len(segments),
         ("full",) * n,
-        note="block inputs are counted under 'norm' (the first op saves them)",
         block_stored=tuple(block_stored),
         block_rebuild=tuple(block_rebuild),
         block_rebuilt_below=tuple(rebuilt_below),
@@ -232,7 +231,7 @@ def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
         if choice == "full":
             block_stored.append(blk.input.nbytes)
             block_rebuild.append(blk.saved_bytes - blk.input.nbytes)
-            comp = _merge(comp, {Component.norm: blk.input.nbytes})
+            comp = _merge(comp, {Component.checkpoint: blk.input.nbytes})
         elif choice == "selective":
             block_stored.append(blk.selective_saved_bytes)
             block_rebuild.append(blk.core_only_bytes)
@@ -243,7 +242,7 @@ def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
             comp = _merge(comp, blk.bytes_by_component())
     if uses_ck:
         block_stored[0] += extra_inputs
-        comp = _merge(comp, {Component.norm: extra_inputs})
+        comp = _merge(comp, {Component.checkpoint: extra_inputs})
     rebuild = max(block_rebuild)
     counts = {c: choices.count(c) for c in ("none", "selective", "full")}
     note = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
