@@ -184,6 +184,7 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
         ["optimizer states", _fmt(b.optimizer_bytes, unit)],
         ["activations (stored)", _fmt(b.activation_bytes, unit)],
         *[[f"  {k}", _fmt(v, unit)] for k, v in b.activation_by_component.items() if v],
+        *_rebuild_row(b, unit),
         [f"transient at peak ({b.peak.phase}: {b.peak.where})", _fmt(b.transient_bytes, unit)],
         ["runtime overhead (profile assumption)", _fmt(b.overhead_bytes, unit)],
         ["peak on GPU", _fmt(b.peak_bytes, unit)],
@@ -321,6 +322,17 @@ def render_plan(rows, model_name: str, gpu, *, fmt: Format, unit: Unit) -> str: 
         disable_numparse=True,
     )
     return f"{head}\n\n{body}"
+
+
+def _rebuild_row(b: Breakdown, unit: Unit) -> list[list[str]]:
+    """The largest recomputed segment, rebuilt during backward (none without recompute)."""
+    plan = b.activation_plan
+    if not plan.rebuild_bytes:
+        return []
+    label = f"rebuilt in backward (largest recomputed segment; {plan.checkpoints} checkpoints)"
+    if not plan.checkpoints:
+        label = "rebuilt in backward (one block's attention core)"
+    return [[label, _fmt(plan.rebuild_bytes, unit)]]
 
 
 def _timeline_summary(b: Breakdown):  # type: ignore[no-untyped-def]
