@@ -9,6 +9,7 @@ and where it happens is reported -- it is not the sum of the four components.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memcalc.graph.ops import Block, OpGraph
@@ -122,19 +123,22 @@ def step_timeline(
     running_grads = head_grads
     for i in range(n - 1, -1, -1):
         blk = graph.blocks[i]
+        before = running_grads
         running_grads += per_block_grads
         if activations_offloaded:
             below = outside + (graph.epilogue_saved_bytes if i == n - 1 else 0)
         else:
             below = outside + sum(plan.block_stored[:i])
             below += plan.block_rebuilt_below[i] if plan.block_rebuilt_below else 0
-        held, where, transient = _worst_op_in_backward(blk)
+        held, where, transient, block_grads = _worst_op_in_backward(
+            blk, lambda written, before=before: grads(before + min(written * g, per_block_grads))
+        )
         moments.append(
             Moment(
                 "backward",
                 f"block {i}: {where}",
                 P + gathered(2 * counts.per_block),  # this block and the prefetched next
-                grads(running_grads),
+                block_grads,
                 OPT,
                 below + held,
                 transient + residual_grad,
@@ -166,10 +170,13 @@ def step_timeline(
     return moments
 
 
-def _worst_op_in_backward(blk: Block) -> tuple[int, str, int]:
-    """Walking the block's ops backwards: (saved bytes still held, op, gradient bytes) at the
-    op whose backward has the most bytes alive. A storage is held until the backward of the
-    first op that saved it has run."""
+def _worst_op_in_backward(blk: Block, grads_at: Callable[[int], int]) -> tuple[int, str, int, int]:
+    """Walking the block's ops backwards: (saved bytes still held, op, activation-gradient
+    bytes, parameter-gradient bytes) at the op whose backward has the most bytes alive.
+
+    A storage is held until the backward of the first op that saved it has run; the weight
+    gradients of the ops after it already exist (``grads_at(elements written so far)``).
+    """
     held_after: list[int] = []
     seen: set[str] = set()
     total = 0
@@ -179,8 +186,11 @@ def _worst_op_in_backward(blk: Block) -> tuple[int, str, int]:
                 seen.add(saved.name)
                 total += saved.nbytes
         held_after.append(total)
-    best = (0, "", 0)
+    best = (0, "", 0, 0)
+    written = 0
     for op, held in zip(reversed(blk.ops), reversed(held_after), strict=True):
-        if held + op.grad_bytes > best[0] + best[2]:
-            best = (held, op.name, op.grad_bytes)
+        written += op.params  # this op's backward writes its weight gradients
+        grads = grads_at(written)
+        if held + op.grad_bytes + grads > sum(best[i] for i in (0, 2, 3)):
+            best = (held, op.name, op.grad_bytes, grads)
     return best

@@ -47,9 +47,11 @@ class _Scope:
         source: str,
         core: bool = False,
         grads: int = 0,
+        params: int = 0,
     ) -> None:
-        """Append an op; ``grads`` = bytes of its output gradient + its input gradients."""
-        self.ops.append(Op(name, component, tuple(saves), flops, source, core, grads))
+        """Append an op; ``grads`` = bytes of its output gradient + its input gradients,
+        ``params`` = elements of the weights whose gradients its backward writes."""
+        self.ops.append(Op(name, component, tuple(saves), flops, source, core, grads, params))
 
 
 WEIGHT_CAST = "weight_cast"
@@ -73,6 +75,7 @@ def layer_norm(sc: _Scope, prefix: str, x: Saved, rows: int, stat_dtype: DType) 
         8 * x.numel,
         "aten.native_layer_norm: saves input, mean, rstd",
         grads=2 * x.nbytes,
+        params=2 * (x.numel // rows),  # weight and bias
     )
     return Saved(f"{prefix}.out", x.numel, x.dtype)
 
@@ -112,6 +115,7 @@ def rms_norm(sc: _Scope, prefix: str, x: Saved, tokens: int, width: int) -> Save
         x.numel,
         "aten.mul.Tensor(weight, y): saves y (weight is a parameter)",
         grads=2 * x.nbytes + x.numel * 4,
+        params=width,
     )
     return _t(f"{prefix}.out", tokens, width, x.dtype)
 
@@ -148,6 +152,7 @@ def linear(
         matmul_flops(tokens, n_in, n_out),
         "aten.addmm/mm: saves mat1 (input) and mat2 (weight, a parameter)",
         grads=tokens * (n_in + n_out) * out_dtype.itemsize,
+        params=n_in * n_out,
     )
     return _t(f"{name}.out", tokens, n_out, out_dtype)
 

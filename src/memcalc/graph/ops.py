@@ -58,6 +58,8 @@ class Op:
     grad_bytes: int = 0
     """Activation gradients alive while this op's backward runs: the gradient of its output
     and the gradients it writes for its inputs (weight gradients are counted as gradients)."""
+    params: int = 0
+    """Elements of the parameters whose gradients this op's backward writes."""
 
 
 def unique_saved(ops: tuple[Op, ...] | list[Op]) -> dict[str, Saved]:
