@@ -9,12 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from memcalc.estimate import Options, estimate
-from memcalc.graph.lower import lower
 from memcalc.profiles import load_profile
-from memcalc.spec.loaders import spec_from_hf_config
-from memcalc.spec.training import TrainingSetup
-from memcalc.strategies.recompute import Recompute
+from memcalc.reference import estimate_reference_case
 
 CASES = Path(__file__).resolve().parents[1] / "tests" / "data" / "gpt2-cases.json"
 
@@ -24,18 +20,8 @@ def main() -> None:
     gpu = load_profile("h100-sxm-80gb")
     rows, worst = [], {"activations": 0.0, "peak": 0.0, "exact": 0}
     for case in json.loads(CASES.read_text()):
-        i, m = case["inputs"], case["measured"]
-        spec = spec_from_hf_config(i["hf_config"])
-        setup = TrainingSetup(
-            batch=i["batch"],
-            seq=i["seq"],
-            precision=i["dtype"],
-            attention=i["attention"],
-            optimizer=i["optimizer"],
-            optimizer_foreach=i["optimizer_foreach"],
-        )
-        graph = lower(spec, setup, device="cpu")
-        b = estimate(spec, setup, gpu, Options(recompute=Recompute(i["recompute"])), graph=graph)
+        m = case["measured"]
+        _, b = estimate_reference_case(case, gpu)
         act_err = (b.activation_bytes - m["saved_activation_bytes"]) / m["saved_activation_bytes"]
         peak_err = (b.peak.total_bytes - m["peak_live_bytes"]) / m["peak_live_bytes"]
         exact = (b.parameter_bytes, b.gradient_bytes, b.optimizer_detail.state_bytes) == (

@@ -2,12 +2,8 @@
 
 import pytest
 
-from memcalc.estimate import Options, estimate
-from memcalc.graph.lower import lower
 from memcalc.profiles import load_profile
-from memcalc.spec.loaders import spec_from_hf_config
-from memcalc.spec.training import TrainingSetup
-from memcalc.strategies.recompute import Recompute
+from memcalc.reference import estimate_reference_case
 
 ACTIVATION_TOLERANCE = 0.01
 """The issue's bar for saved activations; the lowering currently matches to the byte."""
@@ -16,19 +12,7 @@ PEAK_TOLERANCE = 0.01
 
 
 def _estimate(case):
-    i = case["inputs"]
-    spec = spec_from_hf_config(i["hf_config"])
-    setup = TrainingSetup(
-        batch=i["batch"],
-        seq=i["seq"],
-        precision=i["dtype"],
-        attention=i["attention"],
-        optimizer=i["optimizer"],
-        optimizer_foreach=i["optimizer_foreach"],
-    )
-    graph = lower(spec, setup, device="cpu")  # measured on CPU: LayerNorm stats in input dtype
-    options = Options(recompute=Recompute(i["recompute"]))
-    return graph, estimate(spec, setup, load_profile("h100-sxm-80gb"), options, graph=graph)
+    return estimate_reference_case(case, load_profile("h100-sxm-80gb"))
 
 
 def test_there_are_85_cases(reference_cases):
