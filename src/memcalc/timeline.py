@@ -130,9 +130,11 @@ def step_timeline(
         else:
             below = outside + sum(plan.block_stored[:i])
             below += plan.block_rebuilt_below[i] if plan.block_rebuilt_below else 0
-        held, where, transient, block_grads = _worst_op_in_backward(
-            blk, lambda written, before=before: grads(before + min(written * g, per_block_grads))
-        )
+
+        def grads_at(written: int, before: int = before) -> int:
+            return grads(before + min(written * g, per_block_grads))
+
+        held, where, transient, block_grads = _worst_op_in_backward(blk, grads_at)
         moments.append(
             Moment(
                 "backward",
@@ -191,6 +193,6 @@ def _worst_op_in_backward(blk: Block, grads_at: Callable[[int], int]) -> tuple[i
     for op, held in zip(reversed(blk.ops), reversed(held_after), strict=True):
         written += op.params  # this op's backward writes its weight gradients
         grads = grads_at(written)
-        if held + op.grad_bytes + grads > sum(best[i] for i in (0, 2, 3)):
+        if held + op.grad_bytes + grads > best[0] + best[2] + best[3]:
             best = (held, op.name, op.grad_bytes, grads)
     return best
