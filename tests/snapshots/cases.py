@@ -1,0 +1,115 @@
+"""The estimate/plan invocations whose JSON output is pinned by ``test_snapshots.py``.
+
+Regenerate (only when a change of output is intended, and say why in the commit):
+``python tests/snapshots/cases.py``. The README examples are stored whole; the grid (every
+preset x several setups x every strategy) as a SHA-256 of the canonical JSON, to keep the file
+small -- rerun this script on the old and new code and diff the outputs to see what moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shlex
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAPSHOT = Path(__file__).with_name("outputs.json")
+
+README_CASES = [
+    "estimate",
+    "estimate --model llama-3-8b --gpu h100-sxm-80gb --seq 8192 --batch 1",
+    "estimate --model llama-2-7b --gpu a100-sxm-80gb --precision bf16-mixed --optimizer adamw "
+    "--recompute full --offload optimizer=cpu",
+    "estimate --model tests/data/llama-2-7b-config.json",
+    "estimate --model tests/data/my-model.toml",
+    "estimate --recompute every-k --every 4",
+    "estimate --recompute budget --budget 1GiB",
+    "estimate --attention eager --dropout 0.1",
+    "estimate --precision bf16 --optimizer sgd-momentum --unit GB",
+    "estimate --model llama-2-7b --seq 4096 --gpus 8 --zero 3",
+    "plan --model llama-2-7b --seq 4096 --max-gpus 8",
+]
+
+PRESETS = [
+    "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "tinyllama-1.1b", "llama-3.2-1b",
+    "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b",
+    "qwen2.5-0.5b", "qwen2.5-7b",
+]
+SETUPS = [
+    "--batch 1 --seq 1024",
+    "--batch 2 --seq 2048 --precision bf16 --attention eager --dropout 0.1",
+    "--batch 1 --seq 512 --precision fp32 --attention eager --no-foreach",
+    "--batch 2 --seq 1024 --precision amp-bf16",
+    "--batch 1 --seq 4096 --precision fp16-mixed --grad-dtype fp16 --optimizer adamw-8bit",
+    "--batch 4 --seq 256 --precision fp8-mixed --optimizer adafactor --loss fused",
+]
+STRATEGIES = [
+    "",
+    "--recompute none",
+    "--recompute selective",
+    "--recompute full",
+    "--recompute every-k",
+    "--recompute every-k --every 5",
+    "--recompute budget --budget 3GiB",
+    "--offload params=cpu",
+    "--offload activations=cpu --recompute selective",
+    "--offload optimizer=nvme --recompute every-k --every 3",
+    "--gpus 4 --zero 1 --recompute none",
+    "--gpus 8 --zero 2 --recompute full",
+    "--gpus 8 --zero 3 --recompute selective",
+    "--gpus 2 --zero 3 --offload params=cpu --recompute none",
+]
+
+
+def grid_cases() -> list[str]:
+    out = []
+    for i, model in enumerate(PRESETS):
+        for j, setup in enumerate(SETUPS):
+            # every preset with the first setup, and a rotating choice of the others
+            if j and (i + j) % 3:
+                continue
+            for strategy in STRATEGIES:
+                out.append(f"estimate --model {model} {setup} {strategy}".strip())
+    return out
+
+
+def run_json(command: str) -> tuple[int, object]:
+    """Run ``memcalc COMMAND --format json`` in-process: (exit code, parsed JSON or error)."""
+    from memcalc.cli import main
+
+    args = shlex.split(command) + ["--format", "json"]
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        code = main(args)
+    if code != 0:
+        return code, None
+    data = json.loads(buf.getvalue())
+    for key in ("search_seconds", "configurations_evaluated"):
+        data.pop(key, None)
+    return code, data
+
+
+def digest(data: object) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def build() -> dict[str, object]:
+    import os
+
+    os.chdir(ROOT)
+    readme = {c: run_json(c)[1] for c in README_CASES}
+    grid = {}
+    for c in grid_cases():
+        code, data = run_json(c)
+        grid[c] = digest(data) if code == 0 else f"exit {code}"
+    return {"readme": readme, "grid": grid}
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "src"))
+    SNAPSHOT.write_text(json.dumps(build(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {SNAPSHOT}")
