@@ -28,7 +28,7 @@ def main() -> None:
     analytic = lower(spec, setup, device="cpu")
     traced = trace.graph
     print(f"{spec.name} ({impl.value}) at {batch}x{seq}, {setup.precision.value}, sdpa")
-    print(f"trace: {seconds:.2f} s, {len(traced.blocks)} blocks, {trace.num_ops} ops")
+    print(f"trace: {seconds:.2f} s, {traced.num_layers} blocks, {trace.num_ops} ops")
     rows = [
         ("prologue", traced.prologue_saved_bytes, analytic.prologue_saved_bytes),
         ("blocks", traced.block_saved_bytes, analytic.block_saved_bytes),

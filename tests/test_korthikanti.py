@@ -40,14 +40,14 @@ def _layer_norm_stats() -> int:
 
 def test_eager_no_recompute(spec):
     graph = lower(spec, TrainingSetup(batch=B, seq=S, precision="bf16", attention="eager"))
-    block = graph.blocks[0].saved_bytes - _layer_norm_stats()
+    block = graph.kinds[0].saved_bytes - _layer_norm_stats()
     assert block == S * B * H * 34 + 5 * A * S * S * B  # sbh(34 + 5as/h)
 
 
 def test_flash_no_recompute(spec):
     graph = lower(spec, TrainingSetup(batch=B, seq=S, precision="bf16", attention="sdpa"))
     logsumexp = 4 * A * S * B
-    assert graph.blocks[0].saved_bytes - _layer_norm_stats() - logsumexp == 34 * S * B * H
+    assert graph.kinds[0].saved_bytes - _layer_norm_stats() - logsumexp == 34 * S * B * H
 
 
 def test_full_recompute_keeps_the_layer_input(spec):
@@ -59,5 +59,5 @@ def test_full_recompute_keeps_the_layer_input(spec):
 
 def test_selective_removes_exactly_the_s_squared_term(spec):
     graph = lower(spec, TrainingSetup(batch=B, seq=S, precision="bf16", attention="eager"))
-    block = graph.blocks[0]
+    block = graph.kinds[0]
     assert block.saved_bytes - block.selective_saved_bytes == 5 * A * S * S * B

@@ -136,7 +136,7 @@ def test_autocast_is_16_bytes_per_param_with_adamw_and_saves_weight_casts():
     p = count_params(LLAMA).total
     assert (m.parameter_bytes, m.gradient_bytes) == (4 * p, 4 * p)
     b = estimate_for(LLAMA, setup, GPU, Options(), "cpu")
-    casts = sum(blk.weight_cast_bytes for blk in b_graph(LLAMA, setup).blocks)
+    casts = b_graph(LLAMA, setup).over_layers(lambda blk: blk.weight_cast_bytes)
     assert casts == 2 * (count_params(LLAMA).attention + count_params(LLAMA).mlp)
     assert m.activation_bytes == b.activation_bytes
 

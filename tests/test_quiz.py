@@ -332,7 +332,7 @@ def test_distractors_are_the_named_mistakes():
     saves = qs["model-full-recompute-saves"].en.options
     assert format_bytes(base.activation_bytes) in saves  # full recompute counted as zero
     acts = qs["model-activations"].en.options
-    assert format_bytes(base.activation_plan.block_stored[0]) in acts  # one layer's share
+    assert format_bytes(base.activation_plan.layer_stored(0)) in acts  # one layer's share
     assert format_bytes(full.activation_bytes) in acts  # not zero under full recompute
 
 

@@ -51,7 +51,7 @@ def test_every_case(reference_cases):
         if b.peak.phase != m["peak_phase"]:
             failures.append(f"{case['id']}: peak phase {b.peak.phase} != {m['peak_phase']}")
         if "recompute_block_saved_bytes_max" in m:
-            rebuilt = max(blk.saved_bytes for blk in graph.blocks)
+            rebuilt = max(blk.saved_bytes for blk in graph.kinds)
             if rebuilt != m["recompute_block_saved_bytes_max"]:
                 failures.append(
                     f"{case['id']}: rebuilt block {rebuilt} != "
@@ -73,7 +73,7 @@ def test_per_layer_and_non_layer_split(reference_cases, case_id):
     graph, b = _estimate(case)
     m = case["measured"]
     if case["inputs"]["recompute"] == "none":
-        assert [blk.saved_bytes for blk in graph.blocks] == m["saved_per_layer_bytes"]
+        assert [blk.saved_bytes for blk in graph.per_layer()] == m["saved_per_layer_bytes"]
         assert graph.prologue_saved_bytes + graph.epilogue_saved_bytes == m["saved_non_layer_bytes"]
     else:
         assert b.activation_bytes == m["saved_activation_bytes"]

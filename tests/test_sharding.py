@@ -40,7 +40,7 @@ def test_zero3_peak_includes_gathered_blocks_and_sharding_lowers_the_peak():
     plain = estimate(SPEC, TrainingSetup(seq=4096), GPU)
     z3 = estimate(SPEC, TrainingSetup(seq=4096, gpus=8, zero=3), GPU)
     assert z3.peak_bytes < plain.peak_bytes
-    block_moment = next(m for m in z3.timeline if m.where.startswith("block 31"))
+    block_moment = z3.timeline.block(31)
     # Two blocks' full bf16 weights (current + prefetched) sit on top of the shard.
     assert block_moment.parameter_bytes == z3.parameter_bytes + 2 * 2 * count_params(SPEC).per_block
 

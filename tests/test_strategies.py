@@ -46,7 +46,7 @@ def test_every_k_can_exceed_selective():
 def _k(graph):
     from memcalc.strategies.recompute import sqrt_k
 
-    return sqrt_k(len(graph.blocks))
+    return sqrt_k(graph.num_layers)
 
 
 def test_every_k_with_k_1_is_full():
@@ -56,7 +56,7 @@ def test_every_k_with_k_1_is_full():
 
 def test_full_recompute_costs_one_forward_of_the_blocks():
     graph = lower(preset("llama-2-7b"), TrainingSetup(batch=1, seq=4096))
-    assert full(graph).extra_forward_flops == sum(b.flops for b in graph.blocks)
+    assert full(graph).extra_forward_flops == graph.over_layers(lambda b: b.flops)
     # Chen et al. 2016 / Korthikanti et al. 2022: about +33% of a step when the blocks
     # dominate the FLOPs (3 forwards' worth per step; the LM head is not recomputed).
     b = estimate(
@@ -73,7 +73,7 @@ def _brute_force(graph, budget_bytes):
     extra = sum(s.nbytes for s in graph.checkpoint_extra_inputs)
     best = None
     options = []
-    for blk in graph.blocks:
+    for blk in graph.per_layer():
         options.append(
             [
                 ("none", blk.saved_bytes, 0),

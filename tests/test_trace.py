@@ -87,10 +87,10 @@ def test_traced_graph_equals_the_lowering(impl, spec, attention, precision, drop
     trace = trace_spec(spec, setup, impl)
     got = trace.graph
     assert trace.unattributed_bytes == 0
-    assert len(got.blocks) == len(want.blocks) == spec.num_layers
+    assert got.num_layers == want.num_layers == spec.num_layers
     assert got.prologue_saved_bytes == want.prologue_saved_bytes
     assert got.epilogue_saved_bytes == want.epilogue_saved_bytes
-    for g, w in zip(got.blocks, want.blocks, strict=True):
+    for g, w in zip(got.per_layer(), want.per_layer(), strict=True):
         assert g.saved_bytes == w.saved_bytes
         assert g.input.nbytes == w.input.nbytes
         assert g.selective_saved_bytes == w.selective_saved_bytes
@@ -113,7 +113,7 @@ def test_traced_flops_are_the_matmul_flops(spec, attention):
     else:
         projections = 2 * T * h * (2 * h + 2 * kv + 3 * m)
     attention_flops = 4 * BATCH * spec.num_heads * SEQ * SEQ * spec.head_dim
-    for blk in graph.blocks:
+    for blk in graph.kinds:
         assert blk.flops == projections + attention_flops
         assert blk.core_flops == (attention_flops if attention == "eager" else 0)
     assert sum(op.flops for op in graph.epilogue) == 2 * T * h * spec.vocab_size
@@ -148,7 +148,9 @@ def test_hf_config_json_is_traced_like_its_spec(tmp_path):
     setup = _setup("eager", "bf16", None)
     trace = trace_target(str(path), setup)
     want = lower(load_model(str(path)), setup, device="cpu")
-    assert [b.saved_bytes for b in trace.graph.blocks] == [b.saved_bytes for b in want.blocks]
+    assert [b.saved_bytes for b in trace.graph.per_layer()] == [
+        b.saved_bytes for b in want.per_layer()
+    ]
     assert trace.graph.saved_bytes == want.saved_bytes
     assert trace.counts == count_params(load_model(str(path)))
 
@@ -277,8 +279,8 @@ def test_user_module_graph(user_module):
     setup = _setup("sdpa", "fp32", None, batch=2, seq=8)
     trace = trace_target(f"{user_module}:build_model", setup)
     graph = trace.graph
-    assert len(graph.blocks) == 3
-    blk = graph.blocks[0]
+    assert graph.num_layers == 3
+    blk = graph.block(0)
     # The hand-written attention is found: selective recompute drops the s x s tensors.
     assert any(op.attention_core for op in blk.ops)
     assert blk.selective_saved_bytes < blk.saved_bytes

@@ -18,7 +18,7 @@ from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.offload import DEFAULT_NVME_BYTES_PER_S, Offload, OffloadWhat, Traffic
 from memcalc.strategies.recompute import ActivationPlan, Recompute, plan_for
 from memcalc.strategies.sharding import Sharding
-from memcalc.timeline import Moment, step_timeline
+from memcalc.timeline import Moment, Timeline, step_timeline
 
 DEFAULT_MFU = 0.4
 """Assumed model-FLOPs utilisation for turning FLOPs into seconds (typical well-tuned
@@ -72,7 +72,7 @@ class Breakdown:
     """Runtime overhead outside tensors (CUDA context, workspaces): a profile assumption."""
     peak: Moment
     """The moment of the step with the most bytes on the GPU."""
-    timeline: tuple[Moment, ...]
+    timeline: Timeline
     host_bytes: int
     nvme_bytes: int
     moved_bytes_per_step: int
@@ -252,7 +252,7 @@ def estimate_graph(
             "memory (save_on_cpu); one block's come back at a time"
         )
 
-    moments = step_timeline(
+    timeline = step_timeline(
         graph,
         plan,
         setup,
@@ -266,7 +266,7 @@ def estimate_graph(
         activations_offloaded=OffloadWhat.activations in offloaded,
         sharding=sharding,
     )
-    peak = max(moments, key=lambda m: m.total_bytes)
+    peak = timeline.peak
     flops_per_s = gpu.matmul_flops_per_s(setup.activation_dtype) * options.mfu
     step_seconds = (3 * graph.forward_flops + plan.extra_forward_flops) / flops_per_s
     comp = {c.value: plan.stored_by_component.get(c, 0) for c in Component}
@@ -286,7 +286,7 @@ def estimate_graph(
         activation_by_component=comp,
         overhead_bytes=gpu.runtime_overhead_bytes,
         peak=peak,
-        timeline=tuple(moments),
+        timeline=timeline,
         host_bytes=traffic.host_bytes,
         nvme_bytes=traffic.nvme_bytes,
         moved_bytes_per_step=traffic.host_link_bytes + traffic.nvme_link_bytes,

@@ -84,75 +84,115 @@ class ParamCounts:
         final_norm: int,
     ) -> ParamCounts:
         """Totals from the list of parameter tensors (each tensor once)."""
-        items = list(tensors)
-        by_comp = {c: sum(t.numel for t in items if t.component == c) for c in COMPONENTS}
+        return cls.from_groups(
+            [(list(tensors), 1)],
+            num_blocks=num_blocks,
+            lm_head_numel=lm_head_numel,
+            final_norm=final_norm,
+        )
+
+    @classmethod
+    def from_groups(
+        cls,
+        groups: Iterable[tuple[list[ParamTensor], int]],
+        *,
+        num_blocks: int,
+        lm_head_numel: int,
+        final_norm: int,
+    ) -> ParamCounts:
+        """Totals from groups of parameter tensors, each present ``count`` times (one group
+        per block kind, and one for what lies outside the blocks): no loop over the layers."""
+        groups = [(items, count) for items, count in groups if count and items]
+        by_comp = {
+            c: sum(n * t.numel for items, n in groups for t in items if t.component == c)
+            for c in COMPONENTS
+        }
         block_total = by_comp["attention"] + by_comp["mlp"] + by_comp["norms"] - final_norm
         return cls(
             **by_comp,
-            tensors=len(items),
-            largest_tensor=max(t.numel for t in items),
-            per_block=block_total // num_blocks,
+            tensors=sum(n * len(items) for items, n in groups),
+            largest_tensor=max(t.numel for items, _ in groups for t in items),
+            per_block=block_total // max(1, num_blocks),
             lm_head_numel=lm_head_numel,
             final_norm=final_norm,
             adafactor_state_elements=sum(
-                t.shape[0] + t.shape[1] if len(t.shape) == 2 else t.numel for t in items
+                n * (t.shape[0] + t.shape[1] if len(t.shape) == 2 else t.numel)
+                for items, n in groups
+                for t in items
             ),
-            small_tensor_numel=sum(t.numel for t in items if t.numel < BNB_MIN_NUMEL),
+            small_tensor_numel=sum(
+                n * t.numel for items, n in groups for t in items if t.numel < BNB_MIN_NUMEL
+            ),
         )
 
 
-def param_tensors(spec: ModelSpec) -> list[ParamTensor]:
-    """Every parameter tensor of the HF implementation of ``spec`` (tied weights once).
-
-    >>> from memcalc.spec.presets import preset
-    >>> len(param_tensors(preset("gpt2")))  # as len(list(GPT2LMHeadModel(...).parameters()))
-    148
-    """
+def param_groups(spec: ModelSpec) -> tuple[list[ParamTensor], list[ParamTensor], list[ParamTensor]]:
+    """The parameter tensors of the HF implementation of ``spec`` as (before the blocks, one
+    block -- named ``{layer}`` where the layer index goes --, after the blocks)."""
     h, v, kv, m = spec.hidden_size, spec.vocab_size, spec.kv_size, spec.mlp_size
-    out: list[ParamTensor] = []
+    before: list[ParamTensor] = []
+    block: list[ParamTensor] = []
+    after: list[ParamTensor] = []
 
-    def linear(name: str, fan_in: int, fan_out: int, bias: bool, comp: str) -> None:
+    def linear(
+        out: list[ParamTensor], name: str, fan_in: int, fan_out: int, bias: bool, comp: str
+    ) -> None:
         # HF Conv1D stores (in, out), nn.Linear (out, in): the same elements either way.
         out.append(ParamTensor(f"{name}.weight", (fan_out, fan_in), comp))
         if bias:
             out.append(ParamTensor(f"{name}.bias", (fan_out,), comp))
 
-    def norm(name: str) -> None:
+    def norm(out: list[ParamTensor], name: str) -> None:
         out.append(ParamTensor(f"{name}.weight", (h,), "norms"))
         if spec.is_gpt2:  # LayerNorm has a bias, RMSNorm does not
             out.append(ParamTensor(f"{name}.bias", (h,), "norms"))
 
     if spec.is_gpt2:
-        out.append(ParamTensor("transformer.wte.weight", (v, h), "embedding"))
-        out.append(
+        before.append(ParamTensor("transformer.wte.weight", (v, h), "embedding"))
+        before.append(
             ParamTensor("transformer.wpe.weight", (spec.max_position_embeddings, h), "embedding")
         )
-        for i in range(spec.num_layers):
-            p = f"transformer.h.{i}"
-            norm(f"{p}.ln_1")
-            linear(f"{p}.attn.c_attn", h, h + 2 * kv, spec.has_qkv_bias, "attention")
-            linear(f"{p}.attn.c_proj", h, h, spec.has_out_bias, "attention")
-            norm(f"{p}.ln_2")
-            linear(f"{p}.mlp.c_fc", h, m, spec.has_mlp_bias, "mlp")
-            linear(f"{p}.mlp.c_proj", m, h, spec.has_mlp_bias, "mlp")
-        norm("transformer.ln_f")
+        p = "transformer.h.{layer}"
+        norm(block, f"{p}.ln_1")
+        linear(block, f"{p}.attn.c_attn", h, h + 2 * kv, spec.has_qkv_bias, "attention")
+        linear(block, f"{p}.attn.c_proj", h, h, spec.has_out_bias, "attention")
+        norm(block, f"{p}.ln_2")
+        linear(block, f"{p}.mlp.c_fc", h, m, spec.has_mlp_bias, "mlp")
+        linear(block, f"{p}.mlp.c_proj", m, h, spec.has_mlp_bias, "mlp")
+        norm(after, "transformer.ln_f")
     else:
-        out.append(ParamTensor("model.embed_tokens.weight", (v, h), "embedding"))
-        for i in range(spec.num_layers):
-            p = f"model.layers.{i}"
-            norm(f"{p}.input_layernorm")
-            linear(f"{p}.self_attn.q_proj", h, h, spec.has_qkv_bias, "attention")
-            linear(f"{p}.self_attn.k_proj", h, kv, spec.has_qkv_bias, "attention")
-            linear(f"{p}.self_attn.v_proj", h, kv, spec.has_qkv_bias, "attention")
-            linear(f"{p}.self_attn.o_proj", h, h, spec.has_out_bias, "attention")
-            norm(f"{p}.post_attention_layernorm")
-            linear(f"{p}.mlp.gate_proj", h, m, spec.has_mlp_bias, "mlp")
-            linear(f"{p}.mlp.up_proj", h, m, spec.has_mlp_bias, "mlp")
-            linear(f"{p}.mlp.down_proj", m, h, spec.has_mlp_bias, "mlp")
-        norm("model.norm")
+        before.append(ParamTensor("model.embed_tokens.weight", (v, h), "embedding"))
+        p = "model.layers.{layer}"
+        norm(block, f"{p}.input_layernorm")
+        linear(block, f"{p}.self_attn.q_proj", h, h, spec.has_qkv_bias, "attention")
+        linear(block, f"{p}.self_attn.k_proj", h, kv, spec.has_qkv_bias, "attention")
+        linear(block, f"{p}.self_attn.v_proj", h, kv, spec.has_qkv_bias, "attention")
+        linear(block, f"{p}.self_attn.o_proj", h, h, spec.has_out_bias, "attention")
+        norm(block, f"{p}.post_attention_layernorm")
+        linear(block, f"{p}.mlp.gate_proj", h, m, spec.has_mlp_bias, "mlp")
+        linear(block, f"{p}.mlp.up_proj", h, m, spec.has_mlp_bias, "mlp")
+        linear(block, f"{p}.mlp.down_proj", m, h, spec.has_mlp_bias, "mlp")
+        norm(after, "model.norm")
     if not spec.tied:
-        out.append(ParamTensor("lm_head.weight", (v, h), "head"))
-    return out
+        after.append(ParamTensor("lm_head.weight", (v, h), "head"))
+    return before, block, after
+
+
+def param_tensors(spec: ModelSpec) -> list[ParamTensor]:
+    """Every parameter tensor of the HF implementation of ``spec`` (tied weights once), named
+    as HF names them -- one list entry per layer's tensor, so O(layers): for checks against HF.
+
+    >>> from memcalc.spec.presets import preset
+    >>> len(param_tensors(preset("gpt2")))  # as len(list(GPT2LMHeadModel(...).parameters()))
+    148
+    """
+    before, block, after = param_groups(spec)
+    layers = [
+        ParamTensor(t.name.format(layer=i), t.shape, t.component)
+        for i in range(spec.num_layers)
+        for t in block
+    ]
+    return before + layers + after
 
 
 def count_params(spec: ModelSpec) -> ParamCounts:
@@ -166,8 +206,9 @@ def count_params(spec: ModelSpec) -> ParamCounts:
     >>> count_params(preset("llama-2-7b")).total
     6738415616
     """
-    return ParamCounts.from_tensors(
-        param_tensors(spec),
+    before, block, after = param_groups(spec)
+    return ParamCounts.from_groups(
+        [(before + after, 1), (block, spec.num_layers)],
         num_blocks=spec.num_layers,
         lm_head_numel=spec.vocab_size * spec.hidden_size,
         final_norm=2 * spec.hidden_size if spec.is_gpt2 else spec.hidden_size,

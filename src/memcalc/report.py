@@ -171,7 +171,7 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
         record = {
             **_context(b),
             "strategies": [breakdown_record(b)],
-            "timeline": [_moment_record(m) for m in b.timeline],
+            "timeline": [_moment_record(m) for m in b.timeline.moments()],
         }
         return json.dumps(record, indent=2)
     if fmt is Format.csv:
@@ -202,7 +202,7 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
             _fmt(m.transient_bytes, unit),
             _fmt(m.total_bytes, unit),
         ]
-        for m in _timeline_summary(b)
+        for m in b.timeline.summary()
     ]
     costs = [
         [
@@ -333,13 +333,6 @@ def _rebuild_row(b: Breakdown, unit: Unit) -> list[list[str]]:
     if not plan.checkpoints:
         label = "rebuilt in backward (one block's attention core)"
     return [[label, _fmt(plan.rebuild_bytes, unit)]]
-
-
-def _timeline_summary(b: Breakdown):  # type: ignore[no-untyped-def]
-    """The timeline without the middle blocks (first, last, and the peak are kept)."""
-    blocks = [m for m in b.timeline if m.where.startswith("block ")]
-    keep = {id(blocks[0]), id(blocks[-1]), id(b.peak)} if blocks else {id(b.peak)}
-    return [m for m in b.timeline if not m.where.startswith("block ") or id(m) in keep]
 
 
 def _moment_record(m) -> dict[str, Any]:  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from memcalc.graph.layout import Layout
 from memcalc.graph.ops import Block, OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
@@ -33,6 +34,8 @@ class Moment:
     activation_bytes: int
     transient_bytes: int
     """Bytes that exist only around this moment."""
+    layer: int | None = None
+    """The layer whose backward this is (None outside the blocks)."""
 
     @property
     def total_bytes(self) -> int:
@@ -43,6 +46,66 @@ class Moment:
             + self.activation_bytes
             + self.transient_bytes
         )
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """One block kind's backward, op by op from its last op: at each op, the saved bytes still
+    held, the op, its activation-gradient bytes and the parameter elements written so far."""
+
+    steps: tuple[tuple[int, str, int, int], ...]
+
+    @classmethod
+    def of(cls, blk: Block) -> _Walk:
+        held_after: list[int] = []
+        seen: set[str] = set()
+        total = 0
+        for op in blk.ops:
+            for saved in op.saves:
+                if saved.name not in seen:
+                    seen.add(saved.name)
+                    total += saved.nbytes
+            held_after.append(total)
+        steps = []
+        written = 0
+        for op, held in zip(reversed(blk.ops), reversed(held_after), strict=True):
+            written += op.params  # this op's backward writes its weight gradients
+            steps.append((held, op.name, op.grad_bytes, written))
+        return cls(tuple(steps))
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The moments of one step. The blocks' backward moments are not listed: ``block(i)``
+    computes layer ``i``'s in closed form, and ``peak`` was found among a few candidate layers
+    that provably contain the largest (``ActivationPlan.stack.families``)."""
+
+    head: tuple[Moment, ...]
+    """Moments before the blocks' backward (the loss)."""
+    tail: tuple[Moment, ...]
+    """Moments after it (the embedding's gradient, the optimizer step)."""
+    num_layers: int
+    peak: Moment
+    _block: Callable[[int], Moment]
+
+    def block(self, i: int) -> Moment:
+        """The worst moment of layer ``i``'s backward."""
+        return self._block(i)
+
+    def moments(self) -> tuple[Moment, ...]:
+        """Every moment in step order, one per block (O(layers): for output)."""
+        blocks = tuple(self._block(i) for i in range(self.num_layers - 1, -1, -1))
+        return self.head + blocks + self.tail
+
+    def summary(self) -> tuple[Moment, ...]:
+        """The moments without the middle blocks: the first and last block's backward and the
+        peak are kept."""
+        n = self.num_layers
+        layers = {n - 1, 0} if n else set()
+        if self.peak.layer is not None:
+            layers.add(self.peak.layer)
+        blocks = tuple(self._block(i) for i in sorted(layers, reverse=True))
+        return self.head + blocks + self.tail
 
 
 def step_timeline(
@@ -59,7 +122,7 @@ def step_timeline(
     grads_resident: bool = True,
     activations_offloaded: bool = False,
     sharding: Sharding = NO_SHARDING,
-) -> list[Moment]:
+) -> Timeline:
     """Moments of one step (after ``zero_grad(set_to_none=True)``: no gradients at the start).
 
     Loss: HF ``ForCausalLMLoss`` -- in forward, ``log_softmax`` writes its fp32 output while the
@@ -79,120 +142,135 @@ def step_timeline(
     g = setup.gradient_dtype.itemsize
     P, OPT = params_bytes, optimizer_bytes
     outside = graph.prologue_saved_bytes
-    n = len(graph.blocks)
+    n = graph.num_layers
+    layout = graph.layout
     # Backward starts at the LM head: its weight gradient (for a tied head, held in the
     # embedding's autograd input buffer until the embedding's own gradient arrives) and the
     # final norm's; then each block adds its projections' and its two norms' gradients.
     head_grads = (counts.lm_head_numel + counts.final_norm) * g
-    per_block_grads = counts.per_block * g
+    block_grads = tuple(b.param_numel * g for b in graph.kinds)
+    all_block_grads = layout.total(block_grads)
     full_grads = counts.total * g
 
     w = setup.weight_dtype.itemsize
 
-    def grads(value: int, bucket: bool = True) -> int:
-        """Gradient bytes on this GPU when ``value`` bytes of full gradients exist."""
+    def grads(value: int, bucket: int) -> int:
+        """Gradient bytes on this GPU when ``value`` bytes of full gradients exist (``bucket``:
+        the current block's full gradients, awaiting their reduce-scatter)."""
         if not grads_resident:
             return min(value, grads_bytes)
-        if sharding.shards_gradients:  # the current block's full gradients await reduce-scatter
-            return sharding.share(value, 2) + (per_block_grads if bucket else 0)
+        if sharding.shards_gradients:
+            return sharding.share(value, 2) + bucket
         return value
 
     def gathered(numel: int) -> int:
         """ZeRO-3 / FSDP: full weights all-gathered for the part that runs now."""
         return numel * w if sharding.shards_parameters else 0
 
-    moments: list[Moment] = []
     acts = stored_activation_bytes
+    head: list[Moment] = []
     # torch.autocast caches the 16-bit weight casts until the autocast region ends (after the
     # loss): for recomputed blocks nothing else holds them, so they peak with the loss.
     weight_cache = sum(
-        blk.weight_cast_bytes
-        for blk, choice in zip(graph.blocks, plan.per_block, strict=False)
-        if choice == "full"
+        c * blk.weight_cast_bytes
+        for blk, c in zip(graph.kinds, plan.fully_recomputed, strict=False)
     )
     if setup.loss is Loss.standard and graph.logits is not None:
         logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0) + weight_cache
         head_p = P + gathered(counts.lm_head_numel)
-        moments.append(Moment("forward", "loss: log_softmax", head_p, 0, OPT, acts, logits))
-        moments.append(
+        head.append(Moment("forward", "loss: log_softmax", head_p, 0, OPT, acts, logits))
+        head.append(
             Moment(
                 "backward", "loss: _log_softmax_backward_data", head_p, 0, OPT, acts, 2 * T * V * 4
             )
         )
-    residual_grad = graph.blocks[0].input.nbytes
-    running_grads = head_grads
-    for i in range(n - 1, -1, -1):
-        blk = graph.blocks[i]
-        before = running_grads
-        running_grads += per_block_grads
+    residual_grad = graph.block(0).input.nbytes if n else 0
+    walks = tuple(_Walk.of(b) for b in graph.kinds)
+    epilogue = graph.epilogue_saved_bytes
+
+    def before(i: int) -> int:
+        """Gradient bytes written before layer ``i``'s backward: the head's and the later
+        layers'."""
+        return head_grads + all_block_grads - layout.prefix_sum(block_grads, i + 1)
+
+    def below(i: int) -> int:
         if activations_offloaded:
-            below = outside + (graph.epilogue_saved_bytes if i == n - 1 else 0)
-        else:
-            below = outside + sum(plan.block_stored[:i])
-            below += plan.block_rebuilt_below[i] if plan.block_rebuilt_below else 0
+            return outside + (epilogue if i == n - 1 else 0)
+        return outside + plan.held_below(i)
 
-        def grads_at(written: int, before: int = before) -> int:
-            return grads(before + min(written * g, per_block_grads))
-
-        held, where, transient, block_grads = _worst_op_in_backward(blk, grads_at)
-        moments.append(
-            Moment(
-                "backward",
-                f"block {i}: {where}",
-                P + gathered(2 * counts.per_block),  # this block and the prefetched next
-                block_grads,
-                OPT,
-                below + held,
-                transient + residual_grad,
-            )
+    def block_moment(i: int) -> Moment:
+        kind = layout.kind_at(i)
+        previous = layout.kind_at(i - 1) if i else kind  # prefetched by FSDP
+        pbg, done = block_grads[kind], before(i)
+        best = (0, "", 0, 0)
+        for held, name, grad_bytes, written in walks[kind].steps:
+            gr = grads(done + min(written * g, pbg), pbg)
+            if held + grad_bytes + gr > best[0] + best[2] + best[3]:
+                best = (held, name, grad_bytes, gr)
+        held, name, transient, on_gpu = best
+        numel = graph.kinds[kind].param_numel + graph.kinds[previous].param_numel
+        return Moment(
+            "backward",
+            f"block {i}: {name}",
+            P + gathered(numel),  # this block and the prefetched next
+            on_gpu,
+            OPT,
+            below(i) + held,
+            transient + residual_grad,
+            layer=i,
         )
+
     tied_transient = 2 * counts.lm_head_numel * g if counts.head == 0 else 0
-    moments.append(
+    tail = (
         Moment(
             "backward",
             "embedding" + (" (tied weight add)" if tied_transient else ""),
             P + gathered(counts.embedding),
-            grads(full_grads),
+            grads(full_grads, block_grads[layout.kind_at(0)] if n else 0),
             OPT,
             outside,
             tied_transient,
-        )
+        ),
+        Moment("optimizer step", "step()", P, grads(full_grads, 0), OPT, 0, step_temporary_bytes),
     )
-    moments.append(
-        Moment(
-            "optimizer step",
-            "step()",
-            P,
-            grads(full_grads, bucket=False),
-            OPT,
-            0,
-            step_temporary_bytes,
-        )
+    candidates = _candidate_layers(
+        plan, layout, walks, block_grads, g, before, None if grads_resident else grads_bytes
     )
-    return moments
+    peak: Moment | None = None
+    for m in (*head, *(block_moment(i) for i in sorted(candidates, reverse=True)), *tail):
+        if peak is None or m.total_bytes > peak.total_bytes:
+            peak = m
+    assert peak is not None
+    return Timeline(tuple(head), tail, n, peak, block_moment)
 
 
-def _worst_op_in_backward(blk: Block, grads_at: Callable[[int], int]) -> tuple[int, str, int, int]:
-    """Walking the block's ops backwards: (saved bytes still held, op, activation-gradient
-    bytes, parameter-gradient bytes) at the op whose backward has the most bytes alive.
-
-    A storage is held until the backward of the first op that saved it has run; the weight
-    gradients of the ops after it already exist (``grads_at(elements written so far)``).
-    """
-    held_after: list[int] = []
-    seen: set[str] = set()
-    total = 0
-    for op in blk.ops:
-        for saved in op.saves:
-            if saved.name not in seen:
-                seen.add(saved.name)
-                total += saved.nbytes
-        held_after.append(total)
-    best = (0, "", 0, 0)
-    written = 0
-    for op, held in zip(reversed(blk.ops), reversed(held_after), strict=True):
-        written += op.params  # this op's backward writes its weight gradients
-        grads = grads_at(written)
-        if held + op.grad_bytes + grads > best[0] + best[2] + best[3]:
-            best = (held, op.name, op.grad_bytes, grads)
-    return best
+def _candidate_layers(
+    plan: ActivationPlan,
+    layout: Layout,
+    walks: tuple[_Walk, ...],
+    block_grads: tuple[int, ...],
+    g: int,
+    before: Callable[[int], int],
+    cap: int | None,
+) -> set[int]:
+    """Layers among which the largest block moment is. Along a family (``Family``) the bytes
+    held below a layer and the gradients written before it change by the same amount at each
+    step, so the moment is affine in the step -- largest at an end -- except (a) at a piece's
+    first layer, whose predecessor (prefetched under FSDP) belongs to another piece: the
+    second member is kept too; and (b) when gradients on the GPU are capped at ``cap``
+    (params=cpu: min(written, cap) is concave): each op's moment is then largest at an end or
+    where its gradients reach the cap, which is solved for directly."""
+    out: set[int] = set()
+    for fam in plan.stack.families(affine=cap is None):
+        ends = {0, min(1, fam.count - 1), fam.count - 1}
+        if cap is not None and fam.count > 2:
+            step = before(fam.at(0)) - before(fam.at(1))
+            if step > 0:
+                kind = layout.kind_at(fam.first)
+                start = before(fam.first)
+                for _, _, _, written in walks[kind].steps:
+                    w = min(written * g, block_grads[kind])
+                    t = -(-(start + w - cap) // step)  # first member at or below the cap
+                    ends |= {t - 1, t}
+        out |= {fam.at(t) for t in ends if 0 <= t < fam.count}
+    return out

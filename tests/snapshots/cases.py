@@ -35,9 +35,20 @@ README_CASES = [
 ]
 
 PRESETS = [
-    "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "tinyllama-1.1b", "llama-3.2-1b",
-    "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "mistral-7b",
-    "qwen2.5-0.5b", "qwen2.5-7b",
+    "gpt2",
+    "gpt2-medium",
+    "gpt2-large",
+    "gpt2-xl",
+    "tinyllama-1.1b",
+    "llama-3.2-1b",
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "mistral-7b",
+    "qwen2.5-0.5b",
+    "qwen2.5-7b",
 ]
 SETUPS = [
     "--batch 1 --seq 1024",

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from memcalc.graph.layout import Layout
 from memcalc.graph.ops import Block, Component, Op, OpGraph, Saved
+from memcalc.params import count_params
 from memcalc.spec.model import Activation, ModelSpec
 from memcalc.spec.training import Attention, DType, Loss, Precision, TrainingSetup
 
@@ -367,14 +369,12 @@ def _scope(setup: TrainingSetup) -> _Scope:
     return _Scope(fp8_linears=setup.precision is Precision.fp8_mixed, autocast=autocast)
 
 
-def _gpt2_block(
-    i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims, stat_dtype: DType
-) -> Block:
+def _gpt2_block(spec: ModelSpec, setup: TrainingSetup, dims: _Dims, stat_dtype: DType) -> Block:
     """HF GPT2Block: ln_1, c_attn (fused qkv), attention, c_proj, dropout, residual,
     ln_2, c_fc, activation, c_proj, dropout, residual."""
     sc = _scope(setup)
     T, h, m, p = dims.T, dims.h, dims.m, dims.p
-    x = _t(f"b{i}.in", T, h, dims.r)
+    x = _t("block.in", T, h, dims.r)
     ln1 = layer_norm(sc, "ln_1", x, T, stat_dtype)
     qkv = linear(sc, "attn.c_attn", ATTN, ln1, T, h, 3 * h, p)  # q, k, v are views of this
     merged = _attention_core(
@@ -401,28 +401,27 @@ def _gpt2_block(
     out = linear(sc, "mlp.c_proj", MLP, act, T, m, h, p)
     dropout(sc, "mlp.dropout", MLP, out, spec.residual_dropout)
     sc.add("mlp.residual_add", MLP, [], T * h, "aten.add: saves nothing")
-    return Block(tuple(sc.ops), x, (qkv,))
+    return Block(tuple(sc.ops), x, (qkv,), count_params(spec).per_block)
 
 
-def _llama_block(
-    i: int, spec: ModelSpec, setup: TrainingSetup, dims: _Dims, rope: tuple[Saved, Saved]
-) -> Block:
+def _llama_block(spec: ModelSpec, setup: TrainingSetup, dims: _Dims) -> Block:
     """HF LlamaDecoderLayer: RMSNorm, q/k/v proj, RoPE, attention, o_proj, residual,
     RMSNorm, gate/up proj, SiLU, gate*up, down proj, residual."""
     sc = _scope(setup)
     T, h, kv, m, p = dims.T, dims.h, dims.kv, dims.m, dims.p
-    x = _t(f"b{i}.in", T, h, dims.r)
+    x = _t("block.in", T, h, dims.r)
     n1 = rms_norm(sc, "input_layernorm", x, T, h)
     linear(sc, "attn.q_proj", ATTN, n1, T, h, h, p)
     linear(sc, "attn.k_proj", ATTN, n1, T, h, kv, p)
     linear(sc, "attn.v_proj", ATTN, n1, T, h, kv, p)
     v = Saved("attn.v_proj.out", T * kv, p)
     # apply_rotary_pos_emb: q*cos + rotate_half(q)*sin -- mul saves cos and sin (no grad),
-    # shared by every layer; q_embed and k_embed are new tensors.
+    # shared by every layer and counted once in the prologue; q_embed and k_embed are new
+    # tensors.
     sc.add(
         "attn.rope",
         ATTN,
-        list(rope),
+        [],
         6 * T * (h + kv),
         "aten.mul(q, cos): saves cos (and sin)",
         grads=2 * T * (h + kv) * p.itemsize,
@@ -472,7 +471,7 @@ def _llama_block(
     prod = Saved("mlp.product", T * m, p)
     linear(sc, "mlp.down_proj", MLP, prod, T, m, h, p)
     sc.add("mlp.residual_add", MLP, [], T * h, "aten.add: saves nothing")
-    return Block(tuple(sc.ops), x, (q, k_embed, v_proj))
+    return Block(tuple(sc.ops), x, (q, k_embed, v_proj), count_params(spec).per_block)
 
 
 def _loss(sc: _Scope, setup: TrainingSetup, dims: _Dims) -> tuple[Saved, tuple[Saved, ...]]:
@@ -558,12 +557,10 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         )
         x = _t("embed.out", T, dims.h, r)
         dropout(pro, "embed_dropout", Component.embedding, x, spec.embedding_dropout)
-        blocks = tuple(
-            _gpt2_block(i, spec, setup, dims, stat_dtype) for i in range(spec.num_layers)
-        )
+        block = _gpt2_block(spec, setup, dims, stat_dtype)
     else:
         rope = (Saved("rope.cos", setup.seq * dims.d, r), Saved("rope.sin", setup.seq * dims.d, r))
-        blocks = tuple(_llama_block(i, spec, setup, dims, rope) for i in range(spec.num_layers))
+        block = _llama_block(spec, setup, dims)
         # cos/sin are shared by all blocks: count them once, in the prologue, not per block.
         pro.add(
             "rotary_embedding",
@@ -571,14 +568,6 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
             list(rope),
             0,
             "LlamaRotaryEmbedding: cos, sin saved by the q/k muls of every layer",
-        )
-        blocks = tuple(
-            Block(
-                tuple(_without(op, {"rope.cos", "rope.sin"}) for op in blk.ops),
-                blk.input,
-                blk.core_inputs,
-            )
-            for blk in blocks
         )
 
     if setup.attention is Attention.eager:
@@ -593,15 +582,12 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         extra += (Saved("position_ids", setup.seq, DType.int64),)
 
     epi = _scope(setup)
-    last = _t(f"b{spec.num_layers}.in", T, dims.h, r)
+    last = _t("final.in", T, dims.h, r)
     if spec.is_gpt2:
         final = layer_norm(epi, "ln_f", last, T, stat_dtype)
     else:
         final = rms_norm(epi, "norm", last, T, dims.h)
     linear(epi, "lm_head", OUT, final, T, dims.h, dims.V, p)
     logits, transient = _loss(epi, setup, dims)
-    return OpGraph(tuple(pro.ops), blocks, tuple(epi.ops), extra, logits, transient)
-
-
-def _without(op: Op, names: set[str]) -> Op:
-    return replace(op, saves=tuple(s for s in op.saves if s.name not in names))
+    layout = Layout.uniform(spec.num_layers)
+    return OpGraph(tuple(pro.ops), (block,), layout, tuple(epi.ops), extra, logits, transient)

@@ -7,9 +7,12 @@ storage, and it is counted once -- as autograd's saved tensors share one untyped
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 
+from memcalc.graph.layout import Layout
 from memcalc.spec.training import DType
 
 
@@ -100,36 +103,38 @@ class Block:
     core_inputs: tuple[Saved, ...] = ()
     """What the attention core reads (q, k, v before any GQA expansion): a checkpoint around
     the core keeps them, and selective recompute replays the core from them."""
+    param_numel: int = 0
+    """Elements of the block's parameters (its gradients appear during its backward)."""
 
-    @property
+    @cached_property
     def saved_bytes(self) -> int:
         return saved_bytes(self.ops)
 
-    @property
+    @cached_property
     def flops(self) -> int:
         return sum(op.flops for op in self.ops)
 
-    @property
+    @cached_property
     def core_only_names(self) -> set[str]:
         """Storages saved only by attention-core ops (what selective recompute frees)."""
         kept = {s.name for op in self.ops if not op.attention_core for s in op.saves}
         kept |= {s.name for s in self.core_inputs}
         return {s.name for op in self.ops if op.attention_core for s in op.saves} - kept
 
-    @property
+    @cached_property
     def weight_cast_bytes(self) -> int:
         """16-bit copies of the weights saved by this block's matmuls under autocast."""
         return sum(
             s.nbytes for name, s in unique_saved(self.ops).items() if name.endswith("weight_cast")
         )
 
-    @property
+    @cached_property
     def core_only_bytes(self) -> int:
         """Bytes selective recompute drops in forward and rebuilds in backward."""
         core = self.core_only_names
         return sum(s.nbytes for name, s in unique_saved(self.ops).items() if name in core)
 
-    @property
+    @cached_property
     def selective_saved_bytes(self) -> int:
         """Saved bytes minus the core's own tensors, plus core inputs nothing else saved
         (e.g. k and v before ``repeat_kv``: the core's checkpoint keeps them)."""
@@ -140,7 +145,7 @@ class Block:
         kept = sum(s.nbytes for name, s in saved.items() if name not in core)
         return kept + sum(s.nbytes for s in self.core_inputs if s.name not in saved)
 
-    @property
+    @cached_property
     def core_flops(self) -> int:
         return sum(op.flops for op in self.ops if op.attention_core)
 
@@ -158,13 +163,41 @@ class Block:
             out[Component.attention] = out.get(Component.attention, 0) + extra
         return out
 
+    def signature(self) -> tuple[object, ...]:
+        """Everything that sets the block's bytes and FLOPs, with storage names replaced by
+        their order of appearance: two layers with equal signatures are one kind."""
+        index: dict[str, int] = {}
+
+        def canon(t: Saved) -> tuple[object, ...]:
+            return (index.setdefault(t.name, len(index)), t.numel, t.dtype, t.view_numel)
+
+        head = (canon(self.input), self.param_numel)
+        ops = tuple(
+            (
+                op.name,
+                op.component,
+                tuple(canon(t) for t in op.saves),
+                op.flops,
+                op.attention_core,
+                op.grad_bytes,
+                op.params,
+            )
+            for op in self.ops
+        )
+        return (head, ops, tuple(canon(t) for t in self.core_inputs))
+
 
 @dataclass(frozen=True)
 class OpGraph:
-    """A training step's forward as prologue (embeddings), blocks, epilogue (head + loss)."""
+    """A training step's forward as prologue (embeddings), the decoder stack, epilogue (head +
+    loss). The stack holds each distinct block kind once and a ``Layout`` saying which kind
+    each layer is, so nothing here costs more for a deeper model."""
 
     prologue: tuple[Op, ...]
-    blocks: tuple[Block, ...]
+    kinds: tuple[Block, ...]
+    """Each distinct decoder block once."""
+    layout: Layout
+    """Which of ``kinds`` each layer is."""
     epilogue: tuple[Op, ...]
     checkpoint_extra_inputs: tuple[Saved, ...] = field(default=())
     """Tensors besides the hidden state that a per-block checkpoint keeps once (e.g. HF GPT-2
@@ -173,6 +206,59 @@ class OpGraph:
     """The logits tensor (transient: the loss saves its own fp32 copy or nothing)."""
     loss_transient: tuple[Saved, ...] = field(default=())
     """Tensors that exist only around the loss (fp32 copy of logits, their gradients)."""
+
+    @classmethod
+    def from_layers(
+        cls,
+        prologue: tuple[Op, ...],
+        blocks: Sequence[Block],
+        epilogue: tuple[Op, ...],
+        *,
+        checkpoint_extra_inputs: tuple[Saved, ...] = (),
+        logits: Saved | None = None,
+        loss_transient: tuple[Saved, ...] = (),
+    ) -> OpGraph:
+        """An OpGraph from one Block per layer (a traced model): layers with equal signatures
+        become one kind (the first of them stands for all)."""
+        kinds: list[Block] = []
+        index: dict[tuple[object, ...], int] = {}
+        per_layer = []
+        for blk in blocks:
+            sig = blk.signature()
+            if sig not in index:
+                index[sig] = len(kinds)
+                kinds.append(blk)
+            per_layer.append(index[sig])
+        return cls(
+            prologue,
+            tuple(kinds),
+            Layout.from_kinds(per_layer),
+            epilogue,
+            checkpoint_extra_inputs,
+            logits,
+            loss_transient,
+        )
+
+    @property
+    def num_layers(self) -> int:
+        return self.layout.n
+
+    @cached_property
+    def kind_counts(self) -> tuple[int, ...]:
+        """How many layers of each kind."""
+        return self.layout.counts(len(self.kinds))
+
+    def over_layers(self, value: Callable[[Block], int]) -> int:
+        """Sum of ``value(block)`` over every layer: per kind, times its count."""
+        return sum(c * value(b) for b, c in zip(self.kinds, self.kind_counts, strict=True) if c)
+
+    def block(self, i: int) -> Block:
+        """The block of layer ``i``."""
+        return self.kinds[self.layout.kind_at(i)]
+
+    def per_layer(self) -> tuple[Block, ...]:
+        """One Block per layer -- O(layers): for tests and comparisons, not the estimate."""
+        return tuple(self.block(i) for i in range(self.num_layers))
 
     @property
     def prologue_saved_bytes(self) -> int:
@@ -184,14 +270,14 @@ class OpGraph:
 
     @property
     def block_saved_bytes(self) -> int:
-        return sum(b.saved_bytes for b in self.blocks)
+        return self.over_layers(lambda b: b.saved_bytes)
 
     @property
     def saved_bytes(self) -> int:
         """All activations saved for backward with no recompute."""
         return self.prologue_saved_bytes + self.block_saved_bytes + self.epilogue_saved_bytes
 
-    @property
+    @cached_property
     def forward_flops(self) -> int:
         ops = self.prologue + self.epilogue
-        return sum(op.flops for op in ops) + sum(b.flops for b in self.blocks)
+        return sum(op.flops for op in ops) + self.over_layers(lambda b: b.flops)

@@ -203,7 +203,7 @@ def _run(
             trace.name, trace.graph, trace.counts, plain, profile, options, notes=tuple(notes)
         )
 
-    return render_estimate(run, len(trace.graph.blocks), setup, options, fmt, unit)
+    return render_estimate(run, trace.graph.num_layers, setup, options, fmt, unit)
 
 
 def _warn(message: str) -> None:

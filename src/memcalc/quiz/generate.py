@@ -356,8 +356,8 @@ def activations(facts: ModelFacts) -> Draft:
     """Activations kept from forward to backward, whole model, no recompute."""
     b = facts.base
     value = b.activation_bytes
-    per_block = b.activation_plan.block_stored[0]
-    in_blocks = sum(b.activation_plan.block_stored)
+    per_block = b.activation_plan.layer_stored(0)
+    in_blocks = b.activation_plan.blocks_stored_bytes
     return Draft(
         _gib(value),
         [

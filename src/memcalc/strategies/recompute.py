@@ -2,18 +2,21 @@
 what is rebuilt during backward, and the extra forward FLOPs that costs.
 
 Each strategy is one small function from the op graph to an ``ActivationPlan``; ``plan_for``
-picks it from the ``Recompute`` enum.
+picks it from the ``Recompute`` enum. A plan is computed per block kind and multiplied by the
+kind's count (``OpGraph.layout``); what the step timeline needs per layer -- the bytes the
+layers before it still hold -- is a closed-form prefix sum over the layout (``Stack``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from enum import Enum
 
 from memcalc.errors import MemcalcError
-from memcalc.graph.ops import Component, OpGraph, bytes_by_component
+from memcalc.graph.layout import Family, Layout
+from memcalc.graph.ops import Block, Component, OpGraph, bytes_by_component
 
 
 class Recompute(str, Enum):
@@ -31,7 +34,129 @@ class Recompute(str, Enum):
     k = sqrt(N) gives O(sqrt(N)) memory for one extra forward)."""
     budget = "budget"
     """Choose per block (keep / selective / full) to minimise extra FLOPs under a byte budget:
-    an exact multiple-choice knapsack over the blocks."""
+    an exact multiple-choice knapsack over the block kinds and their counts."""
+
+
+CHOICES = ("none", "selective", "full")
+"""What a recompute plan does with one block, in the order budget plans report them."""
+
+
+# ---------------------------------------------------------------------------------------------
+# What each layer holds: the two shapes a plan's stack takes
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Every layer plays one role -- a block kind with one choice (none / selective / full) --
+    and holds a fixed number of bytes from its forward to its backward."""
+
+    layout: Layout
+    """Which role each layer has."""
+    kind: tuple[int, ...]
+    """The block kind of each role."""
+    choice: tuple[str, ...]
+    """none, selective or full, per role."""
+    stored: tuple[int, ...]
+    """Bytes a layer of each role holds across the forward."""
+    extra: int = 0
+    """Inputs a checkpoint keeps once (HF's eager mask), counted with the first layer."""
+
+    def held_below(self, i: int) -> int:
+        """Bytes the layers before ``i`` hold while layer ``i``'s backward runs."""
+        return self.layout.prefix_sum(self.stored, i) + (self.extra if i else 0)
+
+    def layer_stored(self, i: int) -> int:
+        return self.stored[self.layout.kind_at(i)] + (self.extra if i == 0 else 0)
+
+    def total_stored(self) -> int:
+        """Bytes all layers hold across the forward."""
+        return self.layout.total(self.stored) + self.extra
+
+    def count(self, choice: str) -> int:
+        """Layers that make ``choice``."""
+        counts = self.layout.counts(len(self.kind))
+        return sum(c for c, ch in zip(counts, self.choice, strict=True) if ch == choice)
+
+    def families(self, *, affine: bool) -> list[Family]:
+        """One family per offset of each piece's period: a layer's role fixes what it holds."""
+        return self.layout.families()
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Chen et al. 2016: consecutive segments of ``k`` layers, each checkpointed at its first
+    layer's input and rebuilt whole in backward (``k = 1`` is full recompute). While a layer's
+    backward runs, the earlier segments hold their inputs and its own segment the layers
+    rebuilt before it (their saved tensors, freed as their backward runs)."""
+
+    layout: Layout
+    """Block kinds of the layers."""
+    k: int
+    inputs: tuple[int, ...]
+    """Bytes of the input of each block kind (what a checkpoint keeps)."""
+    saved: tuple[int, ...]
+    """Bytes each block kind saves when it runs (or is rebuilt)."""
+    extra: int = 0
+
+    def held_below(self, i: int) -> int:
+        start = i - i % self.k
+        earlier = self.layout.sum_at_multiples(self.inputs, self.k, start)
+        rebuilt = self.layout.prefix_sum(self.saved, i) - self.layout.prefix_sum(self.saved, start)
+        return earlier + rebuilt + (self.extra if i else 0)
+
+    def layer_stored(self, i: int) -> int:
+        own = self.inputs[self.layout.kind_at(i)] if i % self.k == 0 else 0
+        return own + (self.extra if i == 0 else 0)
+
+    def total_stored(self) -> int:
+        return self.layout.sum_at_multiples(self.inputs, self.k, self.layout.n) + self.extra
+
+    def count(self, choice: str) -> int:
+        return self.layout.n if choice == "full" else 0
+
+    def segments(self) -> Iterator[tuple[int, int, int, int]]:
+        """Classes of segments with the same content: (first start, step between starts,
+        count, length). Inside a piece of period P the content repeats every P/gcd(P, k)
+        segments; a segment that crosses a piece boundary, or the short last one, stands
+        alone."""
+        k, n = self.k, self.layout.n
+        done = 0  # segments [0, done) emitted
+        for start, piece in self.layout.starts():
+            end = start + piece.length
+            first = max(done, -(-start // k))  # first segment starting in the piece
+            last = (end - k) // k  # last segment ending inside it
+            for m in range(done, min(first, -(-n // k))):  # crossing into this piece
+                yield m * k, k, 1, min(k, n - m * k)
+            done = max(done, first)
+            if last >= first:
+                q = len(piece.period) // math.gcd(len(piece.period), k)
+                for c in range(min(q, last - first + 1)):
+                    yield (first + c) * k, q * k, (last - first - c) // q + 1, k
+                done = last + 1
+        for m in range(done, -(-n // k)):
+            yield m * k, k, 1, min(k, n - m * k)
+
+    def families(self, *, affine: bool) -> list[Family]:
+        """Per segment class, the layers at one position of the segment. With ``affine`` the
+        peak grows evenly along a run of one kind inside a segment, so its first, second and
+        last positions bound it; otherwise every position is kept."""
+        out: list[Family] = []
+        for first, step, count, length in self.segments():
+            positions = set(range(length))
+            if affine:
+                positions = {0, min(1, length - 1), length - 1}
+                for r in range(1, length):
+                    if self.layout.kind_at(first + r) != self.layout.kind_at(first + r - 1):
+                        positions |= {r - 1, r, min(r + 1, length - 1)}
+            out.extend(Family(first + r, step, count) for r in sorted(positions))
+        return out
+
+
+Stack = Roles | Segments
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
 
 
 @dataclass(frozen=True)
@@ -46,18 +171,13 @@ class ActivationPlan:
     """Extra bytes that exist while the largest recomputed segment is rebuilt in backward."""
     extra_forward_flops: int
     """FLOPs of the forward ops run a second time."""
+    stack: Stack
+    """What each layer holds (closed form over the layout)."""
     checkpoints: int = 0
     """Number of checkpointed segments."""
-    per_block: tuple[str, ...] = field(default=())
-    """The choice made for each block (none / selective / full)."""
     note: str = ""
-    block_stored: tuple[int, ...] = field(default=())
-    """Bytes each block holds across the forward (checkpoint extras on the first segment)."""
-    block_rebuild: tuple[int, ...] = field(default=())
-    """Bytes rebuilt when each block's backward starts (a segment's on its last block)."""
-    block_rebuilt_below: tuple[int, ...] = field(default=())
-    """Bytes of the same segment's earlier blocks, rebuilt and still waiting for their
-    backward while this block's runs (every-k only)."""
+    fully_recomputed: tuple[int, ...] = ()
+    """Per block kind, how many of its layers are recomputed whole."""
 
     @property
     def peak_activation_bytes(self) -> int:
@@ -65,34 +185,56 @@ class ActivationPlan:
         worst moment of backward."""
         return self.stored_bytes + self.rebuild_bytes
 
+    def held_below(self, i: int) -> int:
+        """Bytes the blocks before layer ``i`` hold while its backward runs."""
+        return self.stack.held_below(i)
+
+    def layer_stored(self, i: int) -> int:
+        """Bytes layer ``i`` holds across the forward (checkpoint extras on the first)."""
+        return self.stack.layer_stored(i)
+
+    @property
+    def blocks_stored_bytes(self) -> int:
+        """Bytes all blocks hold across the forward (without the prologue / epilogue)."""
+        return self.stack.total_stored()
+
 
 def _outside_blocks(graph: OpGraph) -> dict[Component, int]:
     return _merge(bytes_by_component(graph.prologue), bytes_by_component(graph.epilogue))
 
 
-def _merge(a: dict[Component, int], b: dict[Component, int]) -> dict[Component, int]:
+def _merge(
+    a: dict[Component, int], b: dict[Component, int], times: int = 1
+) -> dict[Component, int]:
     out = dict(a)
     for k, v in b.items():
-        out[k] = out.get(k, 0) + v
+        out[k] = out.get(k, 0) + times * v
     return out
+
+
+def _outside_bytes(graph: OpGraph) -> int:
+    return graph.prologue_saved_bytes + graph.epilogue_saved_bytes
+
+
+def _extra(graph: OpGraph) -> int:
+    return sum(s.nbytes for s in graph.checkpoint_extra_inputs)
+
+
+def _uniform(graph: OpGraph, choice: str, stored: Callable[[Block], int]) -> Roles:
+    """Every layer makes the same choice: the roles are the block kinds themselves."""
+    n = len(graph.kinds)
+    return Roles(
+        graph.layout, tuple(range(n)), (choice,) * n, tuple(stored(b) for b in graph.kinds)
+    )
 
 
 def keep_all(graph: OpGraph) -> ActivationPlan:
     """No recompute: every op's saved tensors live until its backward."""
     comp = _outside_blocks(graph)
-    for blk in graph.blocks:
-        comp = _merge(comp, blk.bytes_by_component())
-    n = len(graph.blocks)
+    for blk, c in zip(graph.kinds, graph.kind_counts, strict=True):
+        comp = _merge(comp, blk.bytes_by_component(), c)
     return ActivationPlan(
-        "none",
-        graph.saved_bytes,
-        comp,
-        0,
-        0,
-        0,
-        ("none",) * n,
-        block_stored=tuple(b.saved_bytes for b in graph.blocks),
-        block_rebuild=(0,) * n,
+        "none", graph.saved_bytes, comp, 0, 0, _uniform(graph, "none", lambda b: b.saved_bytes)
     )
 
 
@@ -104,28 +246,18 @@ def selective(graph: OpGraph) -> ActivationPlan:
     (2 x 2*b*s^2*h for QK^T and AV plus the softmax). With SDPA/flash there is nothing to drop.
     """
     comp = _outside_blocks(graph)
-    stored = graph.prologue_saved_bytes + graph.epilogue_saved_bytes
-    block_stored = [b.selective_saved_bytes for b in graph.blocks]
-    block_rebuild = [b.core_only_bytes for b in graph.blocks]
-    flops = sum(b.core_flops for b in graph.blocks if b.core_only_bytes)
-    if any(block_rebuild):
+    present = [(b, c) for b, c in zip(graph.kinds, graph.kind_counts, strict=True) if c]
+    rebuild = max((b.core_only_bytes for b, _ in present), default=0)
+    flops = sum(c * b.core_flops for b, c in present if b.core_only_bytes)
+    stack = _uniform(graph, "selective", lambda b: b.selective_saved_bytes)
+    if rebuild:
         # The core runs under a checkpoint, which also keeps its extra inputs (HF's eager mask).
-        extra = sum(s.nbytes for s in graph.checkpoint_extra_inputs)
-        block_stored[0] += extra
-        comp = _merge(comp, {Component.checkpoint: extra})
-    for blk in graph.blocks:
-        comp = _merge(comp, blk.selective_bytes_by_component())
-    return ActivationPlan(
-        "selective",
-        stored + sum(block_stored),
-        comp,
-        max(block_rebuild),
-        flops,
-        0,
-        ("selective",) * len(graph.blocks),
-        block_stored=tuple(block_stored),
-        block_rebuild=tuple(block_rebuild),
-    )
+        stack = Roles(stack.layout, stack.kind, stack.choice, stack.stored, _extra(graph))
+        comp = _merge(comp, {Component.checkpoint: stack.extra})
+    for blk, c in present:
+        comp = _merge(comp, blk.selective_bytes_by_component(), c)
+    stored = _outside_bytes(graph) + stack.total_stored()
+    return ActivationPlan("selective", stored, comp, rebuild, flops, stack)
 
 
 def every_k(graph: OpGraph, k: int) -> ActivationPlan:
@@ -136,39 +268,34 @@ def every_k(graph: OpGraph, k: int) -> ActivationPlan:
     rebuilt: the largest segment's saved tensors minus its (already stored) input;
     extra FLOPs: one forward of every block. k = 1 is full recompute.
     """
-    n = len(graph.blocks)
+    n = graph.num_layers
     if not 1 <= k <= n:
         raise MemcalcError(f"--every: must be between 1 and the number of blocks ({n}); got {k}")
-    segments = [graph.blocks[i : i + k] for i in range(0, n, k)]
-    extra = sum(s.nbytes for s in graph.checkpoint_extra_inputs)
-    inputs = sum(seg[0].input.nbytes for seg in segments)
-    stored = graph.prologue_saved_bytes + graph.epilogue_saved_bytes + inputs + extra
-    rebuild = max(sum(b.saved_bytes for b in seg) - seg[0].input.nbytes for seg in segments)
-    comp = _merge(_outside_blocks(graph), {Component.checkpoint: inputs + extra})
-    name = "full" if k == 1 else f"every-{k}"
-    block_stored: list[int] = []
-    block_rebuild: list[int] = []
-    rebuilt_below: list[int] = []
-    for seg in segments:
-        seg_rebuild = sum(b.saved_bytes for b in seg) - seg[0].input.nbytes
-        block_stored += [seg[0].input.nbytes] + [0] * (len(seg) - 1)
-        block_rebuild += [0] * (len(seg) - 1) + [seg_rebuild]
-        below = 0
-        for r, blk in enumerate(seg):
-            rebuilt_below.append(below - seg[0].input.nbytes if r else 0)
-            below += blk.saved_bytes
-    block_stored[0] += extra
+    stack = Segments(
+        graph.layout,
+        k,
+        tuple(b.input.nbytes for b in graph.kinds),
+        tuple(b.saved_bytes for b in graph.kinds),
+        _extra(graph),
+    )
+    inputs = graph.layout.sum_at_multiples(stack.inputs, k, n)
+    layout = graph.layout
+    rebuild = max(
+        layout.prefix_sum(stack.saved, first + length)
+        - layout.prefix_sum(stack.saved, first)
+        - stack.inputs[layout.kind_at(first)]
+        for first, _, _, length in stack.segments()
+    )
+    comp = _merge(_outside_blocks(graph), {Component.checkpoint: inputs + stack.extra})
     return ActivationPlan(
-        name,
-        stored,
+        "full" if k == 1 else f"every-{k}",
+        _outside_bytes(graph) + inputs + stack.extra,
         comp,
         rebuild,
-        sum(b.flops for b in graph.blocks),
-        len(segments),
-        ("full",) * n,
-        block_stored=tuple(block_stored),
-        block_rebuild=tuple(block_rebuild),
-        block_rebuilt_below=tuple(rebuilt_below),
+        graph.over_layers(lambda b: b.flops),
+        stack,
+        checkpoints=-(-n // k),
+        fully_recomputed=graph.kind_counts,
     )
 
 
@@ -189,93 +316,220 @@ def sqrt_k(num_blocks: int) -> int:
     return max(1, round(math.sqrt(num_blocks)))
 
 
+# ---------------------------------------------------------------------------------------------
+# Budget: an exact knapsack over block kinds x counts
+
+MAX_COMPOSITIONS = 2_000_000
+"""Largest number of (selective, full) splits the budget solver enumerates for one block kind
+when several kinds compete for the budget; beyond it the request is refused, not approximated."""
+
+
+@dataclass(frozen=True)
+class _Option:
+    choice: str
+    stored: int
+    flops: int
+
+
+@dataclass(frozen=True)
+class _State:
+    """A partial solution: bytes the blocks store, extra FLOPs, whether any block is
+    checkpointed, and per kind how many layers are recomputed (full, selective)."""
+
+    stored: int
+    flops: int
+    checkpointed: bool
+    splits: tuple[tuple[int, int], ...]
+
+
+def _options(blk: Block) -> list[_Option]:
+    out = [_Option("none", blk.saved_bytes, 0)]
+    if blk.core_only_bytes:
+        out.append(_Option("selective", blk.selective_saved_bytes, blk.core_flops))
+    out.append(_Option("full", blk.input.nbytes, blk.flops))
+    return out
+
+
+def _pareto(states: list[_State], extra: int) -> list[_State]:
+    """Keep the states no other state beats on both bytes (charging the checkpoint's extra
+    inputs to states that use one) and FLOPs. Exact: whatever the remaining kinds choose, a
+    dominated state's completion costs at least as much as the dominating state's."""
+    keyed = sorted(states, key=lambda st: (st.stored + (extra if st.checkpointed else 0), st.flops))
+    out: list[_State] = []
+    best: int | None = None
+    for st in keyed:
+        if best is None or st.flops < best:
+            out.append(st)
+            best = st.flops
+    return out
+
+
+def _best_single_kind(blk: Block, count: int, cap: int, extra: int) -> _Split | None:
+    """One kind: for each number of fully recomputed layers, the fewest selective ones that fit
+    ``cap`` (the rest kept whole, which costs no FLOPs) -- O(count) splits, the optimum of
+    enumerating them all. Ties: fewer FLOPs, then fewer bytes."""
+    opts = {o.choice: o for o in _options(blk)}
+    none, full_ = opts["none"], opts["full"]
+    sel = opts.get("selective")
+    best: _Split | None = None
+    for n_full in range(count + 1):
+        rest = count - n_full
+        n_sel = 0
+        if sel is not None and rest and none.stored > sel.stored:
+            # the most layers kept whole: n_none*none + n_sel*sel + n_full*full + extra <= cap
+            room = cap - n_full * full_.stored - rest * sel.stored - extra
+            n_sel = rest - min(rest, max(0, room // (none.stored - sel.stored)))
+        for split in {(n_full, n_sel), (n_full, 0)}:
+            st = _split(split, count, none, sel, full_)
+            if st[0] + (extra if st[2] else 0) <= cap and (
+                best is None or (st[1], st[0]) < (best[1], best[0])
+            ):
+                best = st
+    return best
+
+
+_Split = tuple[int, int, bool, tuple[int, int]]
+"""(stored bytes, extra FLOPs, checkpointed, (full, selective)) of one kind's layers."""
+
+
+def _split(
+    split: tuple[int, int], count: int, none: _Option, sel: _Option | None, full_: _Option
+) -> _Split:
+    n_full, n_sel = split
+    n_none = count - n_full - n_sel
+    stored = n_none * none.stored + n_full * full_.stored + (n_sel * sel.stored if sel else 0)
+    flops = n_full * full_.flops + (n_sel * sel.flops if sel else 0)
+    return stored, flops, n_full + n_sel > 0, split
+
+
+def _kind_splits(blk: Block, count: int) -> list[_Split]:
+    """Every split of ``count`` layers of one kind into none / selective / full."""
+    opts = {o.choice: o for o in _options(blk)}
+    none, full_ = opts["none"], opts["full"]
+    sel = opts.get("selective")
+    return [
+        _split((n_full, n_sel), count, none, sel, full_)
+        for n_full in range(count + 1)
+        for n_sel in (range(count - n_full + 1) if sel else (0,))
+    ]
+
+
 def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
     """Minimise extra forward FLOPs with stored activations <= ``budget_bytes``.
 
     Each block may keep everything, recompute its attention core (selective) or be fully
-    recomputed from its input. Choosing one option per block under a byte budget while
-    minimising FLOPs is a multiple-choice knapsack, solved exactly by dynamic programming over
-    the blocks on the Pareto frontier of (stored bytes, extra FLOPs): a state is dropped only
-    when another has no more bytes and no more FLOPs.
+    recomputed from its input. Layers of one kind are interchangeable, so a solution is, per
+    kind, how many of its layers take each choice: a multiple-choice knapsack over the kinds,
+    solved exactly by dynamic programming over the kinds on the Pareto frontier of (stored
+    bytes, extra FLOPs) -- a state is dropped only when another has no more bytes and no more
+    FLOPs. Within a kind the first layers are recomputed fully, then selectively, and the last
+    are kept whole.
     """
-    fixed = graph.prologue_saved_bytes + graph.epilogue_saved_bytes
-    extra_inputs = sum(s.nbytes for s in graph.checkpoint_extra_inputs)
-    # state: (bytes, flops, uses_checkpoint) -> choices
-    frontier: list[_State] = [(0, 0, False, ())]
-    for blk in graph.blocks:
-        options = [("none", blk.saved_bytes, 0, False)]
-        if blk.core_only_bytes:
-            options.append(("selective", blk.selective_saved_bytes, blk.core_flops, True))
-        options.append(("full", blk.input.nbytes, blk.flops, True))
-        candidates = [
-            (b + ob, f + of, ck or ock, choices + (name,))
-            for (b, f, ck, choices) in frontier
-            for (name, ob, of, ock) in options
-        ]
-        frontier = _pareto(candidates, extra_inputs)
-    feasible = [
-        st for st in frontier if fixed + st[0] + (extra_inputs if st[2] else 0) <= budget_bytes
+    fixed = _outside_bytes(graph)
+    extra = _extra(graph)
+    cap = budget_bytes - fixed
+    present = [
+        (i, b, c) for i, (b, c) in enumerate(zip(graph.kinds, graph.kind_counts, strict=True)) if c
     ]
-    if not feasible:
-        floor = fixed + sum(b.input.nbytes for b in graph.blocks) + extra_inputs
+    chosen: _State | None = None
+    if len(present) == 1:
+        i, blk, count = present[0]
+        best = _best_single_kind(blk, count, cap, extra)
+        if best is not None:
+            splits = tuple((0, 0) for _ in graph.kinds)
+            splits = splits[:i] + (best[3],) + splits[i + 1 :]
+            chosen = _State(best[0], best[1], best[2], splits)
+    else:
+        frontier = [_State(0, 0, False, ())]
+        for blk, count in zip(graph.kinds, graph.kind_counts, strict=True):
+            if (count + 1) * (count + 2) // 2 > MAX_COMPOSITIONS:
+                raise MemcalcError(
+                    f"--recompute budget: {count} layers of one of {len(present)} block kinds "
+                    f"is more than the exact solver takes ({MAX_COMPOSITIONS:,} splits); "
+                    "use --recompute full, selective or every-k"
+                )
+            frontier = _pareto(
+                [
+                    _State(st.stored + s, st.flops + f, st.checkpointed or ck, (*st.splits, sp))
+                    for st in frontier
+                    for s, f, ck, sp in _kind_splits(blk, count)
+                ],
+                extra,
+            )
+        feasible = [st for st in frontier if st.stored + (extra if st.checkpointed else 0) <= cap]
+        chosen = min(feasible, key=lambda st: (st.flops, st.stored)) if feasible else None
+    if chosen is None:
+        floor = fixed + graph.over_layers(lambda b: b.input.nbytes) + extra
         raise MemcalcError(
             f"--budget: {budget_bytes} bytes is below what any recompute plan needs "
             f"({floor} bytes: block inputs plus the tensors saved outside the blocks)"
         )
-    b_bytes, flops, uses_ck, choices = min(feasible, key=lambda st: (st[1], st[0]))
-    stored = fixed + b_bytes + (extra_inputs if uses_ck else 0)
+    return _budget_plan(graph, chosen, extra)
+
+
+def _budget_plan(graph: OpGraph, chosen: _State, extra: int) -> ActivationPlan:
+    """The plan of a budget solution: roles laid out with each kind's first layers fully
+    recomputed, then selective, then kept."""
+    layout = graph.layout
+    cuts = []
+    for kind, (n_full, n_sel) in enumerate(chosen.splits):
+        cuts += [
+            layout.index_of_occurrence(kind, n_full),
+            layout.index_of_occurrence(kind, n_full + n_sel),
+        ]
+    split = layout.split_at(cuts)
+    role_index: dict[tuple[int, str], int] = {}
+    tables = []
+    for start, piece in split.starts():
+        table = {}
+        for kind in set(piece.period):
+            first = start + piece.period.index(kind)
+            seen = layout.occurrences_before(kind, first)
+            n_full, n_sel = chosen.splits[kind]
+            choice = "full" if seen < n_full else "selective" if seen < n_full + n_sel else "none"
+            table[kind] = role_index.setdefault((kind, choice), len(role_index))
+        tables.append(table)
+    roles = sorted(role_index, key=role_index.__getitem__)
+    stored_of = {
+        "none": lambda b: b.saved_bytes,
+        "selective": lambda b: b.selective_saved_bytes,
+        "full": lambda b: b.input.nbytes,
+    }
+    stack = Roles(
+        split.relabel(tables),
+        tuple(k for k, _ in roles),
+        tuple(c for _, c in roles),
+        tuple(stored_of[c](graph.kinds[k]) for k, c in roles),
+        extra if chosen.checkpointed else 0,
+    )
     comp = _outside_blocks(graph)
-    block_stored: list[int] = []
-    block_rebuild: list[int] = []
-    for blk, choice in zip(graph.blocks, choices, strict=True):
-        if choice == "full":
-            block_stored.append(blk.input.nbytes)
-            block_rebuild.append(blk.saved_bytes - blk.input.nbytes)
-            comp = _merge(comp, {Component.checkpoint: blk.input.nbytes})
-        elif choice == "selective":
-            block_stored.append(blk.selective_saved_bytes)
-            block_rebuild.append(blk.core_only_bytes)
-            comp = _merge(comp, blk.selective_bytes_by_component())
-        else:
-            block_stored.append(blk.saved_bytes)
-            block_rebuild.append(0)
-            comp = _merge(comp, blk.bytes_by_component())
-    if uses_ck:
-        block_stored[0] += extra_inputs
-        comp = _merge(comp, {Component.checkpoint: extra_inputs})
-    rebuild = max(block_rebuild)
-    counts = {c: choices.count(c) for c in ("none", "selective", "full")}
-    note = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+    rebuild = 0
+    for kind, (n_full, n_sel) in enumerate(chosen.splits):
+        blk, count = graph.kinds[kind], graph.kind_counts[kind]
+        n_none = count - n_full - n_sel
+        comp = _merge(comp, {Component.checkpoint: blk.input.nbytes}, n_full)
+        comp = _merge(comp, blk.selective_bytes_by_component(), n_sel)
+        comp = _merge(comp, blk.bytes_by_component(), n_none)
+        rebuild = max(
+            rebuild,
+            blk.saved_bytes - blk.input.nbytes if n_full else 0,
+            blk.core_only_bytes if n_sel else 0,
+        )
+    if chosen.checkpointed:
+        comp = _merge(comp, {Component.checkpoint: extra})
+    totals = {c: stack.count(c) for c in CHOICES}
+    note = ", ".join(f"{v} {k}" for k, v in totals.items() if v)
     return ActivationPlan(
         "budget",
-        stored,
+        _outside_bytes(graph) + chosen.stored + stack.extra,
         comp,
         rebuild,
-        flops,
-        counts["full"],
-        choices,
+        chosen.flops,
+        stack,
+        checkpoints=totals["full"],
         note=f"per block: {note}",
-        block_stored=tuple(block_stored),
-        block_rebuild=tuple(block_rebuild),
+        fully_recomputed=tuple(n_full for n_full, _ in chosen.splits),
     )
-
-
-_State = tuple[int, int, bool, tuple[str, ...]]
-"""(stored bytes of the blocks so far, extra FLOPs, uses a checkpoint, choice per block)"""
-
-
-def _pareto(states: list[_State], extra_inputs: int) -> list[_State]:
-    """Keep the states no other state beats on both bytes (charging the checkpoint's extra
-    inputs to states that use one) and FLOPs. Exact: whatever the remaining blocks choose, a
-    dominated state's completion costs at least as much as the dominating state's."""
-    keyed = sorted(states, key=lambda st: (st[0] + (extra_inputs if st[2] else 0), st[1]))
-    out: list[_State] = []
-    best_flops: int | None = None
-    for st in keyed:
-        if best_flops is None or st[1] < best_flops:
-            out.append(st)
-            best_flops = st[1]
-    return out
 
 
 def plan_for(
@@ -291,7 +545,7 @@ def plan_for(
             raise MemcalcError("--budget: required with --recompute budget (bytes, e.g. 20e9)")
         return budget(graph, budget_bytes)
     if strategy is Recompute.every_k:
-        return every_k(graph, every or sqrt_k(len(graph.blocks)))
+        return every_k(graph, every or sqrt_k(graph.num_layers))
     table: dict[Recompute, Callable[[OpGraph], ActivationPlan]] = {
         Recompute.none: keep_all,
         Recompute.selective: selective,

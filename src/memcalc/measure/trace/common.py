@@ -49,4 +49,4 @@ class Trace:
     @property
     def num_ops(self) -> int:
         g = self.graph
-        return len(g.prologue) + len(g.epilogue) + sum(len(b.ops) for b in g.blocks)
+        return len(g.prologue) + len(g.epilogue) + g.over_layers(lambda b: len(b.ops))

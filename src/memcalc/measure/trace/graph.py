@@ -284,18 +284,19 @@ def build_graph(
         if f and scopes[scope]:
             scopes[scope][0] = replace(scopes[scope][0], flops=scopes[scope][0].flops + f)
 
-    graph_blocks = tuple(
+    graph_blocks = [
         Block(
             tuple(scopes[i]),
             rec.storage(rec.block_inputs[i]).saved(),
             tuple(core_inputs[i].values()),
+            sum(p.numel() for p in blocks[i].parameters()),
         )
         for i in range(n)
-    )
+    ]
     extra = tuple(
         rec.storage(t).saved() for key, t in rec.shared_inputs.items() if key not in owner
     )
-    return OpGraph(
+    return OpGraph.from_layers(
         tuple(scopes[PROLOGUE]),
         graph_blocks,
         tuple(scopes[n]),

@@ -16,6 +16,7 @@ from torch._subclasses.fake_tensor import (
 )
 
 from memcalc.errors import MemcalcError
+from memcalc.graph.ops import Op
 from memcalc.measure.build import Impl, torch_dtype
 from memcalc.measure.trace.capture import (
     OpRecorder,
@@ -90,12 +91,14 @@ def trace_module(
                 h.remove()
         epilogue = {p for p, s in rec.first_scope_of_module.items() if s == len(blocks)}
         counts = param_counts(model, blocks, epilogue)
-    unattributed = sum(
-        s.nbytes
-        for ops in (graph.prologue, graph.epilogue, *(b.ops for b in graph.blocks))
-        for op in ops
-        if op.name == UNATTRIBUTED
-        for s in op.saves
+
+    def unclaimed(ops: tuple[Op, ...]) -> int:
+        return sum(s.nbytes for op in ops if op.name == UNATTRIBUTED for s in op.saves)
+
+    unattributed = (
+        unclaimed(graph.prologue)
+        + unclaimed(graph.epilogue)
+        + graph.over_layers(lambda b: unclaimed(b.ops))
     )
     notes = []
     if unattributed:
@@ -160,6 +163,6 @@ def trace_spec(spec: ModelSpec, setup: TrainingSetup, impl: Impl = Impl.ours) ->
 def describe(trace: Trace) -> str:
     """One line for stderr: what was found and how long it took."""
     return (
-        f"traced {trace.name}: {len(trace.graph.blocks)} blocks, {trace.num_ops} ops "
+        f"traced {trace.name}: {trace.graph.num_layers} blocks, {trace.num_ops} ops "
         f"in {trace.seconds:.2f}s (FakeTensorMode: no memory allocated)"
     )
