@@ -25,8 +25,15 @@ GPU = load_profile("h100-sxm-80gb")
 
 
 def _spec(layers=4, mlp=None, family="gpt2", **kw):
-    fields = dict(name="toy", family=family, vocab_size=512, hidden_size=64, num_layers=layers,
-                  num_heads=4, intermediate_size=mlp)
+    fields = dict(
+        name="toy",
+        family=family,
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=layers,
+        num_heads=4,
+        intermediate_size=mlp,
+    )
     if family == "llama":
         fields["intermediate_size"] = mlp or 96
         fields["num_kv_heads"] = 2
@@ -96,7 +103,9 @@ def test_plans_equal_their_layer_by_layer_sums(stack, data):
     setup, graph = stack
     options = _options(data.draw, graph.num_layers)
     try:
-        plan = plan_for(graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes)
+        plan = plan_for(
+            graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
+        )
     except MemcalcError:
         return
     n = graph.num_layers
@@ -161,9 +170,11 @@ def test_cost_does_not_grow_with_depth():
     with mock.patch.object(lower_module, "_gpt2_block", counting):
         for layers in (2, 200):
             calls.clear()
+            setup = TrainingSetup(seq=64, attention="eager")
             for r in Recompute:
-                options = Options(recompute=r, budget_bytes=10**12)
-                estimate(_spec(layers=layers), TrainingSetup(seq=64, attention="eager"), GPU, options)
+                estimate(
+                    _spec(layers=layers), setup, GPU, Options(recompute=r, budget_bytes=10**12)
+                )
             assert len(calls) == len(Recompute)  # one lowering per estimate, whatever the depth
     deep = lower(_spec(layers=10**6), TrainingSetup(seq=8))
     assert len(deep.kinds) == 1 and deep.layout.size == 2
