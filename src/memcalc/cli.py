@@ -6,12 +6,11 @@ Bad input of any kind (unknown names, bad values, malformed files) ends with one
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from tabulate import tabulate
 
 from memcalc.errors import MemcalcError
 from memcalc.options import (
@@ -36,19 +35,72 @@ try:  # typer >= 0.20 vendors its own click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click.exceptions import NoArgsIsHelpError, UsageError
-from memcalc.estimate import DEFAULT_MFU, Breakdown, Options, estimate
+from memcalc.estimate import DEFAULT_MFU, estimate
 from memcalc.params import count_params
 from memcalc.plan import plan
 from memcalc.profiles import DEFAULT_GPU, list_profiles, load_profile
-from memcalc.report import Format, render_detail, render_plan, render_strategies
+from memcalc.report import Format, render_estimate, render_plan
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.presets import DEFAULT_MODEL, PRESETS
-from memcalc.spec.training import Attention, Loss, OptimizerKind, Precision, TrainingSetup
-from memcalc.strategies.offload import Offload
-from memcalc.strategies.recompute import Recompute, sqrt_k
-from memcalc.units import Unit, parse_size, to_unit
+from memcalc.spec.training import Attention, Loss, OptimizerKind, Precision
+from memcalc.strategies.selection import chosen_options
+from memcalc.units import Unit, to_unit
+
+LAZY_COMMANDS = {
+    "quiz": (
+        "memcalc.quiz.command",
+        "quiz_command",
+        "Learn where training memory goes: "
+        "questions from the bank and computed for your model (English, Urdu).",
+    ),
+    "measure": (
+        "memcalc.measure.command",
+        "measure_command",
+        "Run real training steps in "
+        "PyTorch and compare every component with the estimate (needs torch).",
+    ),
+    "trace": (
+        "memcalc.measure.trace_command",
+        "trace_command",
+        "Any nn.Module or HF config "
+        "under FakeTensorMode into the op graph, then estimate it (needs torch).",
+    ),
+}
+"""Commands whose modules are imported only when they run (start-up of estimate stays small):
+name -> (module, function, one-line help)."""
+
+
+class _LazyGroup(typer.core.TyperGroup):
+    """The command group with LAZY_COMMANDS loaded on first use."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        if name in LAZY_COMMANDS and name not in self.commands:
+            module, function, summary = LAZY_COMMANDS[name]
+            sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+            sub.command(name, short_help=summary)(
+                getattr(importlib.import_module(module), function)
+            )
+            self.add_command(typer.main.get_command(sub), name)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list, without importing the lazy commands for their help."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in LAZY_COMMANDS and name not in self.commands:
+                rows.append((name, LAZY_COMMANDS[name][2]))
+            else:
+                cmd = self.commands[name]
+                rows.append((name, cmd.get_short_help_str(limit=formatter.width)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
 
 app = typer.Typer(
+    cls=_LazyGroup,
     help="How much GPU memory a training job needs, and which recompute / offload strategy "
     "makes it fit.",
     add_completion=False,
@@ -60,60 +112,6 @@ profiles_app = typer.Typer(help="GPU profiles (profiles/*.toml).", no_args_is_he
 models_app = typer.Typer(help="Built-in model presets.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 app.add_typer(models_app, name="models")
-
-
-def default_strategies(num_blocks: int, setup: TrainingSetup) -> list[Options]:
-    """The rows of the strategy table: each recompute strategy, then each offload that applies
-    (optimizer offload only when the optimizer holds something)."""
-    rows = [Options(recompute=r) for r in (Recompute.none, Recompute.selective, Recompute.full)]
-    rows.append(Options(recompute=Recompute.every_k, every=sqrt_k(num_blocks)))
-    if setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed:
-        rows.append(Options(offload=(Offload.parse("optimizer=cpu"),)))
-        rows.append(Options(offload=(Offload.parse("optimizer=nvme"),)))
-    rows.append(Options(recompute=Recompute.full, offload=(Offload.parse("activations=cpu"),)))
-    rows.append(Options(offload=(Offload.parse("params=cpu"), Offload.parse("optimizer=cpu"))))
-    return rows
-
-
-def chosen_options(
-    recompute: Recompute | None,
-    every: int | None,
-    budget: str | None,
-    offload: list[str] | None,
-    mfu: float,
-) -> Options | None:
-    """The strategy the flags choose, validated; None when none was chosen (print the table)."""
-    if not 0 < mfu <= 1:
-        raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
-    if every is not None and recompute is not Recompute.every_k:
-        raise MemcalcError("--every: only applies with --recompute every-k")
-    if budget is not None and recompute is not Recompute.budget:
-        raise MemcalcError("--budget: only applies with --recompute budget")
-    offloads = tuple(Offload.parse(o) for o in offload or [])
-    if recompute is None and not offloads:
-        return None
-    return Options(
-        recompute=recompute or Recompute.none,
-        every=every,
-        budget_bytes=parse_size(budget) if budget else None,
-        offload=offloads,
-        mfu=mfu,
-    )
-
-
-def render_estimate(
-    run: Callable[[Options], Breakdown],
-    num_blocks: int,
-    setup: TrainingSetup,
-    options: Options | None,
-    fmt: Format,
-    unit: Unit,
-) -> str:
-    """The strategy table when no strategy was chosen, else the detailed breakdown."""
-    if options is None:
-        rows = [run(o) for o in default_strategies(num_blocks, setup)]
-        return render_strategies(rows, fmt, unit)
-    return render_detail(run(options), fmt, unit)
 
 
 @app.command("estimate")
@@ -211,6 +209,8 @@ def profiles_list(
     unit: Annotated[Unit, typer.Option(help="Memory unit.")] = Unit.GiB,
 ) -> None:
     """List the built-in GPU profiles."""
+    from tabulate import tabulate
+
     rows = []
     for name in list_profiles():
         p = load_profile(name)
@@ -243,6 +243,8 @@ def profiles_list(
 @profiles_app.command("show")
 def profiles_show(name: Annotated[str, typer.Argument(help="Profile name or file.")]) -> None:
     """Show every field of one GPU profile."""
+    from tabulate import tabulate
+
     p = load_profile(name)
     typer.echo(
         tabulate(
@@ -256,6 +258,8 @@ def profiles_show(name: Annotated[str, typer.Argument(help="Profile name or file
 @models_app.command("list")
 def models_list() -> None:
     """List the built-in model presets with their exact parameter counts."""
+    from tabulate import tabulate
+
     rows = [
         [
             n,
@@ -289,28 +293,6 @@ def models_list() -> None:
             disable_numparse=True,
         )
     )
-
-
-def _register_optional_commands() -> None:
-    """Commands owned by the side rooms (they import torch only when they run)."""
-    try:
-        from memcalc.quiz.command import quiz_command
-    except ImportError:  # pragma: no cover - package incomplete
-        pass
-    else:
-        app.command("quiz")(quiz_command)
-    try:
-        from memcalc.measure.command import measure_command
-    except ImportError:  # pragma: no cover
-        pass
-    else:
-        app.command("measure")(measure_command)
-    from memcalc.measure.trace_command import trace_command
-
-    app.command("trace")(trace_command)
-
-
-_register_optional_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

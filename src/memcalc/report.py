@@ -9,12 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
-from tabulate import tabulate
-
-from memcalc.estimate import Breakdown
+from memcalc.estimate import Breakdown, Options
+from memcalc.spec.training import TrainingSetup
 from memcalc.units import Unit, format_flops, format_seconds, to_unit
 
 JSON_SCHEMA_VERSION = 1
@@ -141,8 +141,27 @@ def _header(b: Breakdown, unit: Unit) -> str:
     )
 
 
+def render_estimate(
+    run: Callable[[Options], Breakdown],
+    num_blocks: int,
+    setup: TrainingSetup,
+    options: Options | None,
+    fmt: Format,
+    unit: Unit,
+) -> str:
+    """The strategy table when no strategy was chosen, else the detailed breakdown."""
+    from memcalc.strategies.selection import default_strategies
+
+    if options is None:
+        rows = [run(o) for o in default_strategies(num_blocks, setup)]
+        return render_strategies(rows, fmt, unit)
+    return render_detail(run(options), fmt, unit)
+
+
 def render_strategies(rows: list[Breakdown], fmt: Format, unit: Unit) -> str:
     """One row per strategy."""
+    from tabulate import tabulate
+
     if fmt is Format.json:
         return json.dumps(
             {**_context(rows[0]), "strategies": [breakdown_record(b) for b in rows]}, indent=2
@@ -167,6 +186,8 @@ def render_strategies(rows: list[Breakdown], fmt: Format, unit: Unit) -> str:
 
 def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
     """One strategy: components, activations by model part, the timeline and assumptions."""
+    from tabulate import tabulate
+
     if fmt is Format.json:
         record = {
             **_context(b),
@@ -258,6 +279,8 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
 
 def render_plan(rows, model_name: str, gpu, *, fmt: Format, unit: Unit) -> str:  # type: ignore[no-untyped-def]
     """The plan: per GPU count and ZeRO stage, the cheapest fitting strategy."""
+    from tabulate import tabulate
+
     records = [
         {
             "gpus": r.gpus,

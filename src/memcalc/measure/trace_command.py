@@ -146,12 +146,13 @@ def _run(
     fmt: Format,
     unit: Unit,
 ) -> str:
-    from memcalc.cli import chosen_options, render_estimate
     from memcalc.estimate import Breakdown, Options, estimate_graph
     from memcalc.measure.build import Impl
     from memcalc.measure.trace import describe, parse_input_shape, resolve_target, trace_module
     from memcalc.profiles import load_profile
+    from memcalc.report import render_estimate
     from memcalc.spec.loaders import training_setup
+    from memcalc.strategies.selection import chosen_options
 
     batch, seq = parse_input_shape(input_shape)
     profile = load_profile(gpu)

@@ -1,0 +1,50 @@
+"""Which strategies to show or apply: the rows of the default strategy table and the one
+strategy the command-line flags choose (validated)."""
+
+from __future__ import annotations
+
+from memcalc.errors import MemcalcError
+from memcalc.estimate import Options
+from memcalc.spec.training import OptimizerKind, TrainingSetup
+from memcalc.strategies.offload import Offload
+from memcalc.strategies.recompute import Recompute, sqrt_k
+from memcalc.units import parse_size
+
+
+def default_strategies(num_blocks: int, setup: TrainingSetup) -> list[Options]:
+    """The rows of the strategy table: each recompute strategy, then each offload that applies
+    (optimizer offload only when the optimizer holds something)."""
+    rows = [Options(recompute=r) for r in (Recompute.none, Recompute.selective, Recompute.full)]
+    rows.append(Options(recompute=Recompute.every_k, every=sqrt_k(num_blocks)))
+    if setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed:
+        rows.append(Options(offload=(Offload.parse("optimizer=cpu"),)))
+        rows.append(Options(offload=(Offload.parse("optimizer=nvme"),)))
+    rows.append(Options(recompute=Recompute.full, offload=(Offload.parse("activations=cpu"),)))
+    rows.append(Options(offload=(Offload.parse("params=cpu"), Offload.parse("optimizer=cpu"))))
+    return rows
+
+
+def chosen_options(
+    recompute: Recompute | None,
+    every: int | None,
+    budget: str | None,
+    offload: list[str] | None,
+    mfu: float,
+) -> Options | None:
+    """The strategy the flags choose, validated; None when none was chosen (print the table)."""
+    if not 0 < mfu <= 1:
+        raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
+    if every is not None and recompute is not Recompute.every_k:
+        raise MemcalcError("--every: only applies with --recompute every-k")
+    if budget is not None and recompute is not Recompute.budget:
+        raise MemcalcError("--budget: only applies with --recompute budget")
+    offloads = tuple(Offload.parse(o) for o in offload or [])
+    if recompute is None and not offloads:
+        return None
+    return Options(
+        recompute=recompute or Recompute.none,
+        every=every,
+        budget_bytes=parse_size(budget) if budget else None,
+        offload=offloads,
+        mfu=mfu,
+    )
