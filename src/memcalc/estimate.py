@@ -153,7 +153,7 @@ def estimate(
     """
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
-        setup = setup.model_copy(update={"dropout": None})
+        setup = setup.replace(dropout=None)
     graph = graph or lower(spec, setup)
     tied = "tied embedding counted once" if spec.tied else "untied embedding and LM head"
     return estimate_graph(spec.name, graph, count_params(spec), setup, gpu, options, notes=(tied,))

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memcalc.errors import MemcalcError, one_of
 from memcalc.resources import data_dir
-from memcalc.spec.loaders import read_data_file, validation_message
+from memcalc.spec.loaders import read_data_file
 from memcalc.spec.training import DType
 
 DEFAULT_GPU = "h100-sxm-80gb"
@@ -78,4 +78,16 @@ def load_profile(name_or_path: str) -> GpuProfile:
     try:
         return GpuProfile(**data)
     except ValidationError as e:
-        raise MemcalcError(validation_message(str(path), e)) from None
+        raise MemcalcError(_validation_message(str(path), e)) from None
+
+
+def _validation_message(source: str, err: ValidationError) -> str:
+    """One line for a pydantic error: ``source: field: message; field: message``."""
+    parts = []
+    for e in err.errors():
+        field = ".".join(str(loc) for loc in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        parts.append(f"{field}: {msg}" if field else msg)
+    return f"{source}: " + "; ".join(parts)

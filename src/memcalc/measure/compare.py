@@ -44,7 +44,7 @@ def estimate_for(
 ) -> Breakdown:
     """The estimate to compare with a measurement on ``device`` (CPU kernels lowered as CPU)."""
     if setup.dropout is not None:
-        spec, setup = spec.with_dropout(setup.dropout), setup.model_copy(update={"dropout": None})
+        spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
     graph = lower(spec, setup, device="cpu" if device.startswith("cpu") else "cuda")
     return estimate(spec, setup, gpu, options, graph=graph)
 

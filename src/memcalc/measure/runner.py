@@ -199,7 +199,7 @@ def measure(
     """Build ``spec``, apply the strategy, run a warm-up and a measured step, count bytes."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if setup.dropout is not None:
-        spec, setup = spec.with_dropout(setup.dropout), setup.model_copy(update={"dropout": None})
+        spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
     what = {o.what for o in offload}
     if OffloadWhat.params in what:
         raise MemcalcError(

@@ -176,7 +176,7 @@ def _run(
         "(CPU kernels, except dropout masks as bool and SDPA with dropout as flash, as on a GPU)"
     ]
     if resolved.kind == "module":
-        setup = setup.model_copy(update={"attention": Attention.sdpa})
+        setup = setup.replace(attention=Attention.sdpa)
         notes.append("attention as the module computes it (the kernel above is not used)")
     for flag, given, kinds in (
         ("--attention", attention is not None, ("spec", "hf-config")),
@@ -197,7 +197,7 @@ def _run(
         if trace.tied
         else "untied embedding and LM head"
     )
-    plain = setup.model_copy(update={"dropout": None})  # already applied to the model
+    plain = setup.replace(dropout=None)  # already applied to the model
 
     def run(options: Options) -> Breakdown:
         return estimate_graph(

@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from memcalc.errors import MemcalcError
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.presets import PRESETS, preset
 from memcalc.spec.training import TrainingSetup
+from memcalc.validate import FieldError, parse
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,20 +23,6 @@ else:  # pragma: no cover
 
 HF_FAMILIES = {"gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama"}
 """HF ``model_type`` values memcalc reads, and the family whose ops they follow."""
-
-
-def validation_message(source: str, err: ValidationError) -> str:
-    """One line for a pydantic error: ``source: field: message; field: message``."""
-    parts = []
-    for e in err.errors():
-        field = ".".join(str(loc) for loc in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        if e["type"] == "enum":
-            msg = f"unknown value {e.get('input')!r}; {msg.lower()}"
-        parts.append(f"{field}: {msg}" if field else msg)
-    return f"{source}: " + "; ".join(parts)
 
 
 def read_data_file(path: Path) -> dict[str, Any]:
@@ -64,12 +49,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     data = read_data_file(path)
     if "model_type" in data:
         return spec_from_hf_config(data, source=str(path))
-    try:
-        return ModelSpec(**data) if "name" in data else ModelSpec(name=path.stem, **data)
-    except ValidationError as e:
-        raise MemcalcError(validation_message(str(path), e)) from None
-    except TypeError as e:
-        raise MemcalcError(f"{path}: {e}") from None
+    return parse(ModelSpec, {"name": path.stem, **data}, str(path))
 
 
 def spec_from_hf_config(cfg: dict[str, Any], source: str = "config.json") -> ModelSpec:
@@ -131,18 +111,21 @@ def spec_from_hf_config(cfg: dict[str, Any], source: str = "config.json") -> Mod
                 mlp_bias=cfg.get("mlp_bias", False),
                 attention_dropout=cfg.get("attention_dropout", 0.0),
             )
-        return ModelSpec(**fields)
+        return parse(ModelSpec, fields, source)
     except KeyError as e:
         raise MemcalcError(
             f"{source}: missing key {e.args[0]!r} for model_type {model_type}"
         ) from None
-    except ValidationError as e:
-        raise MemcalcError(validation_message(source, e)) from None
+
+
+FLAGS = {"optimizer_foreach": "--foreach/--no-foreach"}
+"""TrainingSetup fields whose command-line flag is not ``--`` + the field name."""
 
 
 def training_setup(**fields: Any) -> TrainingSetup:
-    """A TrainingSetup from command-line values; a validation error becomes one line."""
+    """A TrainingSetup from command-line values; a bad value names its flag."""
     try:
-        return TrainingSetup(**fields)
-    except ValidationError as e:
-        raise MemcalcError(validation_message("options", e)) from None
+        return parse(TrainingSetup, fields)
+    except FieldError as e:
+        flag = FLAGS.get(e.field, "--" + e.field.replace("_", "-"))
+        raise FieldError(flag, e.problem) from None

@@ -9,9 +9,17 @@ implementation takes (which ops run and what they save), the other fields its si
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from memcalc.validate import FieldError, check, replace, spec_field
+
+MAX_LAYERS = 10**6
+"""Most decoder blocks a spec may have (real models have at most a few hundred)."""
+MAX_WIDTH = 10**7
+"""Largest hidden or MLP width a spec may have."""
+MAX_VOCAB = 10**8
+"""Largest vocabulary a spec may have."""
 
 
 class Family(str, Enum):
@@ -38,7 +46,8 @@ class Activation(str, Enum):
     """torch.relu: saves its output."""
 
 
-class ModelSpec(BaseModel):
+@dataclass(frozen=True)
+class ModelSpec:
     """A decoder-only transformer, with every size that changes memory.
 
     >>> ModelSpec(name="toy", family="gpt2", vocab_size=100, hidden_size=64, num_layers=2,
@@ -46,58 +55,60 @@ class ModelSpec(BaseModel):
     16
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+    name: str = spec_field("Display name.")
+    family: Family = spec_field("Implementation whose ops (and saved tensors) are modelled.")
+    vocab_size: int = spec_field(
+        "Rows of the token embedding (and of the LM head).", ge=1, le=MAX_VOCAB
+    )
+    hidden_size: int = spec_field("Model width h.", ge=1, le=MAX_WIDTH)
+    num_layers: int = spec_field("Number of decoder blocks N.", ge=1, le=MAX_LAYERS)
+    num_heads: int = spec_field("Attention (query) heads a.", ge=1, le=MAX_WIDTH)
+    num_kv_heads: int | None = spec_field(
+        "Key/value heads (GQA/MQA); default: num_heads (MHA).", default=None, ge=1, le=MAX_WIDTH
+    )
+    intermediate_size: int | None = spec_field(
+        "MLP width; default 4h for gpt2. Required for llama.", default=None, ge=1, le=MAX_WIDTH
+    )
+    max_position_embeddings: int = spec_field(
+        "Rows of the learned position table (gpt2).", default=2048, ge=1, le=10**9
+    )
+    activation: Activation | None = spec_field(
+        "MLP activation; default gelu_new (gpt2) or silu (llama).", default=None
+    )
+    tie_embeddings: bool | None = spec_field(
+        "LM head shares the token embedding; default True for gpt2.", default=None
+    )
+    qkv_bias: bool | None = spec_field("Bias on q/k/v projections.", default=None)
+    out_bias: bool | None = spec_field("Bias on the attention output projection.", default=None)
+    mlp_bias: bool | None = spec_field("Bias on the MLP projections.", default=None)
+    embedding_dropout: float = spec_field("embd_pdrop.", default=0.0, ge=0.0, lt=1.0)
+    attention_dropout: float = spec_field("attn_pdrop.", default=0.0, ge=0.0, lt=1.0)
+    residual_dropout: float = spec_field("resid_pdrop.", default=0.0, ge=0.0, lt=1.0)
 
-    name: str = Field(description="Display name.")
-    family: Family = Field(description="Implementation whose ops (and saved tensors) are modelled.")
-    vocab_size: int = Field(gt=0, description="Rows of the token embedding (and of the LM head).")
-    hidden_size: int = Field(gt=0, description="Model width h.")
-    num_layers: int = Field(gt=0, description="Number of decoder blocks N.")
-    num_heads: int = Field(gt=0, description="Attention (query) heads a.")
-    num_kv_heads: int | None = Field(
-        default=None, gt=0, description="Key/value heads (GQA/MQA); default: num_heads (MHA)."
-    )
-    intermediate_size: int | None = Field(
-        default=None, gt=0, description="MLP width; default 4h for gpt2. Required for llama."
-    )
-    max_position_embeddings: int = Field(
-        default=2048, gt=0, description="Rows of the learned position table (gpt2)."
-    )
-    activation: Activation | None = Field(
-        default=None, description="MLP activation; default gelu_new (gpt2) or silu (llama)."
-    )
-    tie_embeddings: bool | None = Field(
-        default=None, description="LM head shares the token embedding; default True for gpt2."
-    )
-    qkv_bias: bool | None = Field(default=None, description="Bias on q/k/v projections.")
-    out_bias: bool | None = Field(
-        default=None, description="Bias on the attention output projection."
-    )
-    mlp_bias: bool | None = Field(default=None, description="Bias on the MLP projections.")
-    embedding_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="embd_pdrop.")
-    attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="attn_pdrop.")
-    residual_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="resid_pdrop.")
+    def __post_init__(self) -> None:
+        check(self)
 
-    @model_validator(mode="after")
-    def _check_shapes(self) -> ModelSpec:
+    def _check(self) -> None:
         if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by "
-                f"num_heads ({self.num_heads})"
+            raise FieldError(
+                "num_heads",
+                f"hidden_size ({self.hidden_size}) must be divisible by num_heads "
+                f"({self.num_heads})",
             )
         if self.num_heads % self.kv_heads:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.kv_heads})"
+            raise FieldError(
+                "num_kv_heads",
+                f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.kv_heads})",
             )
         if self.family is Family.llama:
             if self.intermediate_size is None:
-                raise ValueError("intermediate_size is required for the llama family")
+                raise FieldError("intermediate_size", "required for the llama family")
             if self.embedding_dropout or self.residual_dropout:
-                raise ValueError(
-                    "the llama family has attention dropout only; "
-                    "embedding_dropout and residual_dropout must be 0"
+                raise FieldError(
+                    "residual_dropout",
+                    "the llama family has attention dropout only; embedding_dropout and "
+                    "residual_dropout must be 0",
                 )
-        return self
 
     # Resolved defaults: one place decides what "not given" means for each family.
     @property
@@ -153,11 +164,9 @@ class ModelSpec(BaseModel):
         The llama family only has attention dropout, so only that one is set there.
         """
         if not self.is_gpt2:
-            return self.model_copy(update={"attention_dropout": rate})
-        return self.model_copy(
-            update={
-                "embedding_dropout": rate,
-                "attention_dropout": rate,
-                "residual_dropout": rate,
-            }
-        )
+            return self.replace(attention_dropout=rate)
+        return self.replace(embedding_dropout=rate, attention_dropout=rate, residual_dropout=rate)
+
+    def replace(self, **changes: object) -> ModelSpec:
+        """A copy with ``changes``, validated."""
+        return replace(self, **changes)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from memcalc.validate import FieldError, check, replace, spec_field
 
 
 class DType(str, Enum):
@@ -132,52 +133,69 @@ class Loss(str, Enum):
     """Fused / chunked linear + cross-entropy (e.g. Liger): saves no b*s*V tensor."""
 
 
-class TrainingSetup(BaseModel):
+MAX_TOKENS = 10**9
+"""Most tokens one micro-batch may hold (batch x seq): beyond any real run."""
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
     """Micro-batch, sequence, precision, optimizer and kernels of one training step.
 
     >>> TrainingSetup(batch=2, seq=1024).tokens
     2048
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    batch: int = Field(default=1, gt=0, description="Micro-batch size b (sequences per step).")
-    seq: int = Field(default=1024, gt=0, description="Sequence length s (tokens per sequence).")
-    precision: Precision = Field(default=Precision.bf16_mixed, description="Precision recipe.")
-    grad_dtype: DType | None = Field(
-        default=None,
-        description="Gradient dtype under a -mixed recipe: fp32 (default) or the 16-bit type.",
+    batch: int = spec_field(
+        "Micro-batch size b (sequences per step).", default=1, ge=1, le=MAX_TOKENS
     )
-    optimizer: OptimizerKind = Field(default=OptimizerKind.adamw, description="Optimizer.")
-    optimizer_foreach: bool = Field(
+    seq: int = spec_field(
+        "Sequence length s (tokens per sequence).", default=1024, ge=1, le=MAX_TOKENS
+    )
+    precision: Precision = spec_field("Precision recipe.", default=Precision.bf16_mixed)
+    grad_dtype: DType | None = spec_field(
+        "Gradient dtype under a -mixed recipe: fp32 (default) or the 16-bit type.", default=None
+    )
+    optimizer: OptimizerKind = spec_field("Optimizer.", default=OptimizerKind.adamw)
+    optimizer_foreach: bool = spec_field(
+        "Multi-tensor optimizer step (CUDA default): temporaries the size of all parameters "
+        "during step().",
         default=True,
-        description="Multi-tensor optimizer step (CUDA default): temporaries the size of all "
-        "parameters during step().",
     )
-    attention: Attention = Field(default=Attention.sdpa, description="Attention kernel.")
-    loss: Loss = Field(default=Loss.standard, description="Loss implementation.")
-    dropout: float | None = Field(
-        default=None, ge=0.0, lt=1.0, description="Override every dropout rate of the model."
+    attention: Attention = spec_field("Attention kernel.", default=Attention.sdpa)
+    loss: Loss = spec_field("Loss implementation.", default=Loss.standard)
+    dropout: float | None = spec_field(
+        "Override every dropout rate of the model.", default=None, ge=0.0, lt=1.0
     )
-    gpus: int = Field(
-        default=1, gt=0, description="Data-parallel ranks that share ZeRO/FSDP shards."
+    gpus: int = spec_field(
+        "Data-parallel ranks that share ZeRO/FSDP shards.", default=1, ge=1, le=10**7
     )
-    zero: int = Field(
+    zero: int = spec_field(
+        "ZeRO stage (Rajbhandari et al. 2020): 1 shards optimizer states, 2 also gradients, "
+        "3 also parameters (FSDP full sharding).",
         default=0,
         ge=0,
         le=3,
-        description="ZeRO stage (Rajbhandari et al. 2020): 1 shards optimizer states, "
-        "2 also gradients, 3 also parameters (FSDP full sharding).",
     )
 
-    @model_validator(mode="after")
-    def _check_grad_dtype(self) -> TrainingSetup:
+    def __post_init__(self) -> None:
+        check(self)
+
+    def _check(self) -> None:
+        if self.batch * self.seq > MAX_TOKENS:
+            raise FieldError(
+                "seq", f"batch x seq = {self.batch * self.seq:,} tokens is over {MAX_TOKENS:,}"
+            )
         if self.grad_dtype is not None:
             allowed = {DType.fp32, self.precision.weight_dtype}
             if self.grad_dtype not in allowed:
                 names = ", ".join(sorted(d.value for d in allowed))
-                raise ValueError(f"grad_dtype must be one of: {names} for {self.precision.value}")
-        return self
+                raise FieldError(
+                    "grad_dtype", f"must be one of: {names} for {self.precision.value}"
+                )
+
+    def replace(self, **changes: object) -> TrainingSetup:
+        """A copy with ``changes``, validated."""
+        return replace(self, **changes)
 
     @property
     def tokens(self) -> int:
