@@ -146,7 +146,10 @@ def test_spec_toml(capsys, tmp_path):
 
 BAD_INPUTS = [
     (["estimate", "--model", "gtp2"], "--model: unknown value 'gtp2'; choose one of:"),
-    (["estimate", "--gpu", "h1000"], "--gpu: unknown value 'h1000'; choose one of:"),
+    (
+        ["estimate", "--gpu", "h1000"],
+        "--gpu: unknown value 'h1000'; did you mean 'h100-sxm-80gb'? choose one of:",
+    ),
     (["estimate", "--optimizer", "adamm"], "'adamm' is not one of"),
     (["estimate", "--precision", "fp64"], "'fp64' is not one of"),
     (["estimate", "--batch", "0"], "--batch: must be at least 1 (1 to 1,000,000,000), got 0"),

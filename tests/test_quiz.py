@@ -533,7 +533,7 @@ def test_urdu_quiz():
         (("--count", "0"), "--count: must be a positive integer; got 0"),
         (("--batch", "0"), "--batch: must be a positive integer; got 0"),
         (("--model", "gtp2"), "--model: unknown value 'gtp2'; choose one of:"),
-        (("--gpu", "h1000"), "--gpu: unknown value 'h1000'; choose one of:"),
+        (("--gpu", "h1000"), "--gpu: unknown value 'h1000'; did you mean 'h100-sxm-80gb'?"),
         (("--source", "model", "--topic", "sharding"), "--topic sharding: no question matches"),
     ],
 )

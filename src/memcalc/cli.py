@@ -222,6 +222,8 @@ def profiles_list(
                 f"{p.bf16_flops_per_s / 1e12:.0f}",
                 f"{p.host_link_bytes_per_s / 1e9:.0f}",
                 p.host_link,
+                str(p.gpus_per_node),
+                f"{p.intra_node_bytes_per_s / 1e9:.0f}",
             ]
         )
     typer.echo(
@@ -234,6 +236,8 @@ def profiles_list(
                 "bf16 dense TFLOP/s",
                 "host GB/s",
                 "host link",
+                "GPUs/node",
+                "intra-node GB/s",
             ],
             disable_numparse=True,
         )
@@ -241,14 +245,24 @@ def profiles_list(
 
 
 @profiles_app.command("show")
-def profiles_show(name: Annotated[str, typer.Argument(help="Profile name or file.")]) -> None:
-    """Show every field of one GPU profile."""
+def profiles_show(
+    name: Annotated[str, typer.Argument(help="Profile name, alias (e.g. h100) or file.")],
+) -> None:
+    """Show every field of one GPU profile; fields a profile file leaves out are marked."""
     from tabulate import tabulate
 
+    from memcalc.profiles import REFERENCE_PROFILE
+
     p = load_profile(name)
+    defaulted = set(p.defaulted_fields())
+
+    def mark(field: str) -> str:
+        own = field in ("display_name", "source", "notes")
+        return " (not set: default)" if own else f" (not set: {REFERENCE_PROFILE}'s figure)"
+
     typer.echo(
         tabulate(
-            [[k, v] for k, v in p.model_dump().items()],
+            [[k, f"{v}{mark(k)}" if k in defaulted else v] for k, v in p.model_dump().items()],
             headers=["field", "value"],
             disable_numparse=True,
         )

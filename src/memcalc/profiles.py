@@ -1,9 +1,18 @@
-"""GPU profiles: memory, peak FLOP/s, bandwidths, from the data files in ``profiles/``."""
+"""GPU profiles: memory, peak FLOP/s, bandwidths and the typical server around the GPU, from
+the data files in ``profiles/``.
+
+A built-in profile sets every field explicitly (a test checks it). A user's own profile may
+give only ``name`` and ``memory_bytes``: every other field then takes the figure of the
+reference profile ``h100-sxm-80gb`` (``REFERENCE_PROFILE``), and ``defaulted_fields()`` lists
+which ones did, so a report can say so.
+"""
 
 from __future__ import annotations
 
+import difflib
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -11,32 +20,194 @@ from memcalc.errors import MemcalcError, one_of
 from memcalc.resources import data_dir
 from memcalc.spec.loaders import read_data_file
 from memcalc.spec.training import DType
+from memcalc.units import GB, GIB, Unit, format_bytes
 
 DEFAULT_GPU = "h100-sxm-80gb"
 
+REFERENCE_PROFILE = "h100-sxm-80gb"
+"""The built-in profile whose figures are the defaults of every optional ``GpuProfile`` field
+(a test checks that each default equals that file's value)."""
+
+_REF = f"Default: {REFERENCE_PROFILE}'s figure"
+
+ALIASES: dict[str, str] = {
+    # Short names people type -> profile id. Keys are lower case; lookup is case-insensitive.
+    # An ambiguous short name maps to the variant stated in its comment.
+    "v100": "v100-sxm2-16gb",  # the original 16 GB SXM2 part (AWS p3)
+    "v100-16gb": "v100-sxm2-16gb",
+    "v100-32gb": "v100-sxm2-32gb",
+    "t4": "t4-16gb",
+    "a10g": "a10g-24gb",
+    "l4": "l4-24gb",
+    "l40": "l40-48gb",
+    "l40s": "l40s-48gb",
+    "a40": "a40-48gb",
+    "a6000": "rtx-a6000-48gb",
+    "rtxa6000": "rtx-a6000-48gb",
+    "rtx-a6000": "rtx-a6000-48gb",
+    "6000ada": "rtx-6000-ada-48gb",
+    "rtx6000ada": "rtx-6000-ada-48gb",
+    "rtx-6000-ada": "rtx-6000-ada-48gb",
+    "3090": "rtx-3090-24gb",
+    "rtx3090": "rtx-3090-24gb",
+    "rtx-3090": "rtx-3090-24gb",
+    "4090": "rtx-4090-24gb",
+    "rtx4090": "rtx-4090-24gb",
+    "rtx-4090": "rtx-4090-24gb",
+    "5090": "rtx-5090-32gb",
+    "rtx5090": "rtx-5090-32gb",
+    "rtx-5090": "rtx-5090-32gb",
+    "a100": "a100-sxm-80gb",  # the 80 GB SXM part
+    "a100-80gb": "a100-sxm-80gb",
+    "a100-40gb": "a100-sxm-40gb",
+    "a100-pcie": "a100-pcie-40gb",
+    "h100": "h100-sxm-80gb",  # the SXM5 part
+    "h100-sxm": "h100-sxm-80gb",
+    "h100-pcie": "h100-pcie-80gb",
+    "h20": "h20-96gb",
+    "h200": "h200-sxm-141gb",
+    "gh200": "gh200-96gb",  # the HBM3 variant
+    "b200": "b200-180gb",
+    "b300": "b300-288gb",
+    "mi250x": "mi250x-gcd-64gb",  # one GCD: what ROCm/PyTorch see as one device
+    "mi250x-gcd": "mi250x-gcd-64gb",
+    "mi250x-module": "mi250x-128gb",
+    "mi300x": "mi300x-192gb",
+    "mi325x": "mi325x-256gb",
+}
+
 
 class GpuProfile(BaseModel):
-    """One GPU model, as its datasheet describes it. Units are in the field names."""
+    """One GPU model as its datasheet describes it, plus the typical server it sits in (for
+    multi-GPU layouts and offload planning). Units are in the field names; bytes/s figures are
+    per direction unless a field says otherwise."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Profile id, the file stem (e.g. h100-sxm-80gb).")
-    display_name: str = Field(description="Marketing name.")
-    vendor: str = Field(description="nvidia or amd.")
-    memory_bytes: int = Field(gt=0, description="Device memory usable by the framework.")
-    memory_bandwidth_bytes_per_s: float = Field(gt=0, description="Peak HBM/GDDR bandwidth.")
-    host_link: str = Field(description="CPU<->GPU link used for offload.")
-    host_link_bytes_per_s: float = Field(gt=0, description="Achievable per-direction rate.")
-    fp32_flops_per_s: float = Field(ge=0, description="Dense FP32 (non-tensor) peak.")
-    tf32_flops_per_s: float = Field(ge=0, description="Dense TF32 tensor peak (0: none).")
-    bf16_flops_per_s: float = Field(ge=0, description="Dense BF16 tensor peak (0: none).")
-    fp16_flops_per_s: float = Field(ge=0, description="Dense FP16 tensor peak.")
-    fp8_flops_per_s: float = Field(ge=0, description="Dense FP8 tensor peak (0: none).")
-    runtime_overhead_bytes: int = Field(
-        ge=0, description="Assumed CUDA/ROCm context + library workspaces outside tensors."
+    display_name: str = Field(default="", description="Marketing name. Default: the name.")
+    vendor: str = Field(default="nvidia", description=f"nvidia or amd. {_REF} (nvidia).")
+    memory_bytes: int = Field(
+        gt=0, description="Device memory usable by the framework (torch total_memory), bytes."
     )
-    source: str = Field(description="Datasheet the numbers come from.")
+    memory_bandwidth_bytes_per_s: float = Field(
+        default=3.35e12, gt=0, description=f"Peak HBM/GDDR bandwidth. {_REF} (3.35e12)."
+    )
+    host_link: str = Field(
+        default="PCIe 5.0 x16", description=f"CPU<->GPU link used for offload. {_REF}."
+    )
+    host_link_bytes_per_s: float = Field(
+        default=50e9, gt=0, description=f"Achievable per-direction host link rate. {_REF} (50e9)."
+    )
+    fp32_flops_per_s: float = Field(
+        default=67e12, ge=0, description=f"Dense FP32 (non-tensor) peak. {_REF} (67e12)."
+    )
+    tf32_flops_per_s: float = Field(
+        default=494.7e12, ge=0, description=f"Dense TF32 tensor peak (0: none). {_REF}."
+    )
+    bf16_flops_per_s: float = Field(
+        default=989.4e12, ge=0, description=f"Dense BF16 tensor peak (0: none). {_REF}."
+    )
+    fp16_flops_per_s: float = Field(
+        default=989.4e12, ge=0, description=f"Dense FP16 tensor peak. {_REF}."
+    )
+    fp8_flops_per_s: float = Field(
+        default=1978.9e12, ge=0, description=f"Dense FP8 tensor peak (0: none). {_REF}."
+    )
+    runtime_overhead_bytes: int = Field(
+        default=GIB,
+        ge=0,
+        description="Assumed CUDA/ROCm context + library workspaces outside tensors. "
+        f"{_REF} (1 GiB).",
+    )
+    gpus_per_node: int = Field(
+        default=8,
+        ge=1,
+        description=f"GPUs (devices as the framework sees them) in the typical server. {_REF} (8).",
+    )
+    intra_node_link: str = Field(
+        default="NVLink 4 via NVSwitch",
+        description=f"GPU<->GPU link inside a node ('PCIe ...' when there is none). {_REF}.",
+    )
+    intra_node_bytes_per_s: float = Field(
+        default=450e9,
+        gt=0,
+        description="Per-GPU one-direction bandwidth to its peers inside the node, all links "
+        f"together (e.g. NVLink 4: 450e9 of the 900e9 bidirectional total). {_REF} (450e9).",
+    )
+    inter_node_link: str = Field(
+        default="InfiniBand NDR 400 Gb/s, one ConnectX-7 per GPU",
+        description=f"Network between nodes in the typical cluster. {_REF}.",
+    )
+    inter_node_bytes_per_s: float = Field(
+        default=50e9,
+        gt=0,
+        description="Per-GPU share of the node's scale-out NIC bandwidth, one direction "
+        f"(400 Gb/s = 50e9 bytes/s). {_REF} (50e9).",
+    )
+    host_memory_bytes_per_gpu: int = Field(
+        default=256 * GIB,
+        ge=0,
+        description="Installed host DRAM of the typical server divided by its GPUs (the OS and "
+        f"framework use part of it). {_REF} (DGX H100: 2 TB / 8 = 256 GiB).",
+    )
+    cpu_adam_params_per_s: float = Field(
+        default=4.12e8,
+        gt=0,
+        description="Parameters per second a CPU optimizer step (DeepSpeed CPUAdam) updates "
+        "using this GPU's share of the server's physical cores: cores per GPU x 2.94e7 "
+        "params/s per core (DeepSpeed measurement, see profiles/*.toml). "
+        f"{_REF} (14 cores per GPU: 4.12e8).",
+    )
+    nvme_bytes_per_s: float = Field(
+        default=1.67e9,
+        ge=0,
+        description="Per-GPU share of the node's local NVMe (RAID-0) bandwidth for optimizer "
+        "offload: the harmonic mean 2/(1/read + 1/write) of measured sequential rates, so "
+        "(bytes read + bytes written) / this = swap time. 0: no local NVMe. "
+        f"{_REF} (1.67e9).",
+    )
+    nvme_bytes_per_gpu: int = Field(
+        default=3_840_000_000_000,
+        ge=0,
+        description="Local NVMe capacity of the typical server divided by its GPUs, bytes "
+        f"(0: none). {_REF} (DGX H100: 8 x 3.84 TB / 8 = 3.84e12).",
+    )
+    source: str = Field(
+        default=f"user-supplied profile; every field it does not set is {REFERENCE_PROFILE}'s",
+        description="Datasheet(s) and other sources the numbers come from (URLs).",
+    )
     notes: str = Field(default="", description="Anything non-obvious.")
+
+    def model_post_init(self, __context: Any) -> None:
+        if not self.display_name:  # frozen model: set the documented default once, here
+            object.__setattr__(self, "display_name", self.name)
+
+    def defaulted_fields(self) -> tuple[str, ...]:
+        """Fields this profile did not set, so they hold the reference profile's figures.
+
+        >>> GpuProfile(name="x", memory_bytes=48 * 10**9).defaulted_fields()[:3]
+        ('display_name', 'vendor', 'memory_bandwidth_bytes_per_s')
+        """
+        return tuple(f for f in type(self).model_fields if f not in self.model_fields_set)
+
+    def with_memory(self, memory_bytes: int) -> GpuProfile:
+        """This profile with another amount of usable device memory (``--gpu-memory``).
+
+        >>> p = load_profile("h100").with_memory(48 * 10**9)
+        >>> p.name, p.memory_bytes, p.bf16_flops_per_s
+        ('h100-sxm-80gb@48GB', 48000000000, 989400000000000.0)
+        """
+        size = _size_label(memory_bytes)
+        return self.model_copy(
+            update={
+                "name": f"{self.name}@{size}",
+                "display_name": f"{self.display_name}, memory set to {size}",
+                "memory_bytes": _positive_bytes(memory_bytes),
+                "notes": f"memory_bytes overridden to {memory_bytes} (profile value "
+                f"{self.memory_bytes}). {self.notes}".strip(),
+            }
+        )
 
     def matmul_flops_per_s(self, dtype: DType) -> float:
         """Dense peak for matmuls in ``dtype`` (fp32 uses TF32 tensor cores when present)."""
@@ -55,26 +226,106 @@ class GpuProfile(BaseModel):
         return peak
 
 
+def reference_defaults() -> dict[str, Any]:
+    """Every optional field and its default (the reference profile's figure).
+
+    >>> reference_defaults()["gpus_per_node"]
+    8
+    """
+    return {
+        name: field.default
+        for name, field in GpuProfile.model_fields.items()
+        if not field.is_required() and name not in ("display_name", "source", "notes")
+    }
+
+
+def adhoc_profile(memory_bytes: int) -> GpuProfile:
+    """A GPU known only by its memory (``--gpu-memory 48GB``): every other figure is the
+    reference profile's (``REFERENCE_PROFILE``), read from the field defaults, no file.
+
+    >>> p = adhoc_profile(48 * 10**9)
+    >>> p.name, p.memory_bytes, p.gpus_per_node, len(p.defaulted_fields()) > 10
+    ('custom@48GB', 48000000000, 8, True)
+    """
+    size = _size_label(memory_bytes)
+    return GpuProfile(
+        name=f"custom@{size}",
+        memory_bytes=_positive_bytes(memory_bytes),
+        display_name=f"custom GPU with {size} (other figures: {REFERENCE_PROFILE})",
+    )
+
+
+def _positive_bytes(memory_bytes: int) -> int:
+    if memory_bytes <= 0:
+        raise MemcalcError(f"--gpu-memory: must be more than 0 bytes, got {memory_bytes}")
+    return memory_bytes
+
+
+def _size_label(num_bytes: int) -> str:
+    """Short exact label: ``48GB`` for 48e9, ``40GiB`` for 40 * 2**30, else GiB to 2 places.
+
+    >>> _size_label(48 * 10**9), _size_label(40 * 2**30), _size_label(123456789)
+    ('48GB', '40GiB', '0.11GiB')
+    """
+    if num_bytes % GB == 0:
+        return f"{num_bytes // GB}GB"
+    if num_bytes % GIB == 0:
+        return f"{num_bytes // GIB}GiB"
+    return format_bytes(num_bytes, Unit.GiB).replace(" ", "")
+
+
 def profile_dir() -> Path:
     return data_dir("profiles")
 
 
 @cache
 def list_profiles() -> dict[str, Path]:
-    """Profile name -> file, for the built-in profiles."""
+    """Profile name -> file, for the built-in profiles (file names only; nothing is parsed)."""
     return {p.stem: p for p in sorted(profile_dir().glob("*.toml"))}
 
 
-def load_profile(name_or_path: str) -> GpuProfile:
-    """A built-in profile by name, or a user's profile file by path."""
+def resolve_profile_name(name: str) -> str | None:
+    """The built-in profile id for a name or alias, case-insensitively; None if unknown.
+
+    >>> resolve_profile_name("H100"), resolve_profile_name("rtx4090"), resolve_profile_name("x")
+    ('h100-sxm-80gb', 'rtx-4090-24gb', None)
+    """
     builtin = list_profiles()
-    if name_or_path in builtin:
-        path = builtin[name_or_path]
+    key = name.strip().lower()
+    if key in builtin:
+        return key
+    target = ALIASES.get(key)
+    return target if target in builtin else None
+
+
+def _unknown_profile(name: str, builtin: list[str]) -> MemcalcError:
+    """The one-line unknown-profile error, with a close match when there is one."""
+    candidates = {p: p for p in builtin} | {a: t for a, t in ALIASES.items() if t in builtin}
+    close = difflib.get_close_matches(name.strip().lower(), list(candidates), n=1, cutoff=0.6)
+    if not close:
+        return one_of("--gpu", name, builtin)
+    return MemcalcError(
+        f"--gpu: unknown value {name!r}; did you mean {candidates[close[0]]!r}? "
+        f"choose one of: {', '.join(builtin)}"
+    )
+
+
+def load_profile(name_or_path: str) -> GpuProfile:
+    """A built-in profile by id or alias (case-insensitive), or a user's profile file by path.
+
+    Only the one file asked for is read. A user file may omit ``name`` (the file stem is used)
+    and any field but ``memory_bytes`` (the reference profile's figure is used).
+    """
+    builtin = list_profiles()
+    resolved = resolve_profile_name(name_or_path)
+    if resolved is not None:
+        path = builtin[resolved]
     elif name_or_path.endswith((".toml", ".json")):
         path = Path(name_or_path)
     else:
-        raise one_of("--gpu", name_or_path, list(builtin))
+        raise _unknown_profile(name_or_path, list(builtin))
     data = read_data_file(path)
+    data.setdefault("name", path.stem)
     try:
         return GpuProfile(**data)
     except ValidationError as e:
