@@ -24,7 +24,7 @@ def test_cheapest_fit_is_the_minimum_added_time_among_fitting_candidates():
 
 def test_more_gpus_never_cost_more_added_time():
     spec, setup = preset("llama-2-7b"), TrainingSetup(seq=4096)
-    rows = {(r.gpus, r.zero): r for r in plan(spec, setup, GPU, [1, 2, 4, 8])}
+    rows = {(r.gpus, r.zero): r for r in plan(spec, setup, GPU, [1, 2, 4, 8]).rows}
     assert set(rows) == {(1, 0)} | {(n, z) for n in (2, 4, 8) for z in (1, 2, 3)}
     for z in (1, 2, 3):
         costs = [added_seconds(rows[(n, z)].best) for n in (2, 4, 8)]

@@ -7,6 +7,7 @@ the simpler strategy.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -65,15 +66,28 @@ class PlanRow:
     """None when nothing fits."""
 
 
+@dataclass(frozen=True)
+class PlanResult:
+    """The rows of a plan and what the search cost."""
+
+    rows: list[PlanRow]
+    configurations_evaluated: int
+    """Configurations whose memory and time were computed."""
+    search_seconds: float
+
+
 def plan(
     spec: ModelSpec, setup: TrainingSetup, gpu: GpuProfile, gpu_counts: Iterable[int]
-) -> list[PlanRow]:
+) -> PlanResult:
     """For each GPU count and ZeRO stage, the cheapest fitting strategy (fewest GPUs first)."""
+    start = time.perf_counter()
     rows = []
+    evaluated = 0
     options = candidate_options(spec.num_layers)
     for n in gpu_counts:
         for stage in (1, 2, 3) if n > 1 else (0,):  # ZeRO-0 on n GPUs = 1 GPU
             sharded = setup.replace(gpus=n, zero=stage)
             best = cheapest_fit(estimate(spec, sharded, gpu, o) for o in options)
+            evaluated += len(options)
             rows.append(PlanRow(n, stage, best))
-    return rows
+    return PlanResult(rows, evaluated, time.perf_counter() - start)

@@ -9,18 +9,19 @@ which ones did, so a report can say so.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memcalc.errors import MemcalcError, one_of
 from memcalc.resources import data_dir
 from memcalc.spec.loaders import read_data_file
 from memcalc.spec.training import DType
 from memcalc.units import GB, GIB, Unit, format_bytes
+from memcalc.validate import FieldError, check, parse, replace, spec_field
 
 DEFAULT_GPU = "h100-sxm-80gb"
 
@@ -77,119 +78,190 @@ ALIASES: dict[str, str] = {
 }
 
 
-class GpuProfile(BaseModel):
+MIN_FLOPS_PER_S = 1e9
+"""A nonzero FLOP/s figure below this (1 GFLOP/s) is a typo, not a GPU."""
+MAX_FLOPS_PER_S = 1e18
+MIN_BYTES_PER_S = 1e6
+MAX_BYTES_PER_S = 1e15
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuProfile:
     """One GPU model as its datasheet describes it, plus the typical server it sits in (for
     multi-GPU layouts and offload planning). Units are in the field names; bytes/s figures are
     per direction unless a field says otherwise."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(description="Profile id, the file stem (e.g. h100-sxm-80gb).")
-    display_name: str = Field(default="", description="Marketing name. Default: the name.")
-    vendor: str = Field(default="nvidia", description=f"nvidia or amd. {_REF} (nvidia).")
-    memory_bytes: int = Field(
-        gt=0, description="Device memory usable by the framework (torch total_memory), bytes."
+    name: str = spec_field(
+        "Profile id, the file stem (e.g. h100-sxm-80gb).",
     )
-    memory_bandwidth_bytes_per_s: float = Field(
-        default=3.35e12, gt=0, description=f"Peak HBM/GDDR bandwidth. {_REF} (3.35e12)."
+    display_name: str = spec_field(
+        "Marketing name. Default: the name.",
+        default="",
     )
-    host_link: str = Field(
-        default="PCIe 5.0 x16", description=f"CPU<->GPU link used for offload. {_REF}."
+    vendor: str = spec_field(
+        f"nvidia or amd. {_REF} (nvidia).",
+        default="nvidia",
     )
-    host_link_bytes_per_s: float = Field(
-        default=50e9, gt=0, description=f"Achievable per-direction host link rate. {_REF} (50e9)."
+    memory_bytes: int = spec_field(
+        "Device memory usable by the framework (torch total_memory), bytes.",
+        ge=2**20,
+        le=2**50,
+        size=True,
     )
-    fp32_flops_per_s: float = Field(
-        default=67e12, ge=0, description=f"Dense FP32 (non-tensor) peak. {_REF} (67e12)."
-    )
-    tf32_flops_per_s: float = Field(
-        default=494.7e12, ge=0, description=f"Dense TF32 tensor peak (0: none). {_REF}."
-    )
-    bf16_flops_per_s: float = Field(
-        default=989.4e12, ge=0, description=f"Dense BF16 tensor peak (0: none). {_REF}."
-    )
-    fp16_flops_per_s: float = Field(
-        default=989.4e12, ge=0, description=f"Dense FP16 tensor peak. {_REF}."
-    )
-    fp8_flops_per_s: float = Field(
-        default=1978.9e12, ge=0, description=f"Dense FP8 tensor peak (0: none). {_REF}."
-    )
-    runtime_overhead_bytes: int = Field(
-        default=GIB,
-        ge=0,
-        description="Assumed CUDA/ROCm context + library workspaces outside tensors. "
-        f"{_REF} (1 GiB).",
-    )
-    gpus_per_node: int = Field(
-        default=8,
-        ge=1,
-        description=f"GPUs (devices as the framework sees them) in the typical server. {_REF} (8).",
-    )
-    intra_node_link: str = Field(
-        default="NVLink 4 via NVSwitch",
-        description=f"GPU<->GPU link inside a node ('PCIe ...' when there is none). {_REF}.",
-    )
-    intra_node_bytes_per_s: float = Field(
-        default=450e9,
+    memory_bandwidth_bytes_per_s: float = spec_field(
+        f"Peak HBM/GDDR bandwidth. {_REF} (3.35e12).",
+        default=3.35e12,
         gt=0,
-        description="Per-GPU one-direction bandwidth to its peers inside the node, all links "
-        f"together (e.g. NVLink 4: 450e9 of the 900e9 bidirectional total). {_REF} (450e9).",
     )
-    inter_node_link: str = Field(
-        default="InfiniBand NDR 400 Gb/s, one ConnectX-7 per GPU",
-        description=f"Network between nodes in the typical cluster. {_REF}.",
+    host_link: str = spec_field(
+        f"CPU<->GPU link used for offload. {_REF}.",
+        default="PCIe 5.0 x16",
     )
-    inter_node_bytes_per_s: float = Field(
+    host_link_bytes_per_s: float = spec_field(
+        f"Achievable per-direction host link rate. {_REF} (50e9).",
         default=50e9,
         gt=0,
-        description="Per-GPU share of the node's scale-out NIC bandwidth, one direction "
-        f"(400 Gb/s = 50e9 bytes/s). {_REF} (50e9).",
     )
-    host_memory_bytes_per_gpu: int = Field(
+    fp32_flops_per_s: float = spec_field(
+        f"Dense FP32 (non-tensor) peak. {_REF} (67e12).",
+        default=67e12,
+        ge=0,
+    )
+    tf32_flops_per_s: float = spec_field(
+        f"Dense TF32 tensor peak (0: none). {_REF}.",
+        default=494.7e12,
+        ge=0,
+    )
+    bf16_flops_per_s: float = spec_field(
+        f"Dense BF16 tensor peak (0: none). {_REF}.",
+        default=989.4e12,
+        ge=0,
+    )
+    fp16_flops_per_s: float = spec_field(
+        f"Dense FP16 tensor peak. {_REF}.",
+        default=989.4e12,
+        ge=0,
+    )
+    fp8_flops_per_s: float = spec_field(
+        f"Dense FP8 tensor peak (0: none). {_REF}.",
+        default=1978.9e12,
+        ge=0,
+    )
+    runtime_overhead_bytes: int = spec_field(
+        f"Assumed CUDA/ROCm context + library workspaces outside tensors. {_REF} (1 GiB).",
+        default=GIB,
+        ge=0,
+        size=True,
+    )
+    gpus_per_node: int = spec_field(
+        f"GPUs (devices as the framework sees them) in the typical server. {_REF} (8).",
+        default=8,
+        ge=1,
+    )
+    intra_node_link: str = spec_field(
+        f"GPU<->GPU link inside a node ('PCIe ...' when there is none). {_REF}.",
+        default="NVLink 4 via NVSwitch",
+    )
+    intra_node_bytes_per_s: float = spec_field(
+        "Per-GPU one-direction bandwidth to its peers inside the node, all links "
+        f"together (e.g. NVLink 4: 450e9 of the 900e9 bidirectional total). {_REF} (450e9).",
+        default=450e9,
+        gt=0,
+    )
+    inter_node_link: str = spec_field(
+        f"Network between nodes in the typical cluster. {_REF}.",
+        default="InfiniBand NDR 400 Gb/s, one ConnectX-7 per GPU",
+    )
+    inter_node_bytes_per_s: float = spec_field(
+        "Per-GPU share of the node's scale-out NIC bandwidth, one direction "
+        f"(400 Gb/s = 50e9 bytes/s). {_REF} (50e9).",
+        default=50e9,
+        gt=0,
+    )
+    host_memory_bytes_per_gpu: int = spec_field(
+        "Installed host DRAM of the typical server divided by its GPUs (the OS and "
+        f"framework use part of it). {_REF} (DGX H100: 2 TB / 8 = 256 GiB).",
         default=256 * GIB,
         ge=0,
-        description="Installed host DRAM of the typical server divided by its GPUs (the OS and "
-        f"framework use part of it). {_REF} (DGX H100: 2 TB / 8 = 256 GiB).",
+        size=True,
     )
-    cpu_adam_params_per_s: float = Field(
-        default=4.12e8,
-        gt=0,
-        description="Parameters per second a CPU optimizer step (DeepSpeed CPUAdam) updates "
+    cpu_adam_params_per_s: float = spec_field(
+        "Parameters per second a CPU optimizer step (DeepSpeed CPUAdam) updates "
         "using this GPU's share of the server's physical cores: cores per GPU x 2.94e7 "
         "params/s per core (DeepSpeed measurement, see profiles/*.toml). "
         f"{_REF} (14 cores per GPU: 4.12e8).",
+        default=4.12e8,
+        gt=0,
     )
-    nvme_bytes_per_s: float = Field(
-        default=1.67e9,
-        ge=0,
-        description="Per-GPU share of the node's local NVMe (RAID-0) bandwidth for optimizer "
+    nvme_bytes_per_s: float = spec_field(
+        "Per-GPU share of the node's local NVMe (RAID-0) bandwidth for optimizer "
         "offload: the harmonic mean 2/(1/read + 1/write) of measured sequential rates, so "
         "(bytes read + bytes written) / this = swap time. 0: no local NVMe. "
         f"{_REF} (1.67e9).",
+        default=1.67e9,
+        ge=0,
     )
-    nvme_bytes_per_gpu: int = Field(
+    nvme_bytes_per_gpu: int = spec_field(
+        "Local NVMe capacity of the typical server divided by its GPUs, bytes "
+        f"(0: none). {_REF} (DGX H100: 8 x 3.84 TB / 8 = 3.84e12).",
         default=3_840_000_000_000,
         ge=0,
-        description="Local NVMe capacity of the typical server divided by its GPUs, bytes "
-        f"(0: none). {_REF} (DGX H100: 8 x 3.84 TB / 8 = 3.84e12).",
+        size=True,
     )
-    source: str = Field(
+    source: str = spec_field(
+        "Datasheet(s) and other sources the numbers come from (URLs).",
         default=f"user-supplied profile; every field it does not set is {REFERENCE_PROFILE}'s",
-        description="Datasheet(s) and other sources the numbers come from (URLs).",
     )
-    notes: str = Field(default="", description="Anything non-obvious.")
+    notes: str = spec_field(
+        "Anything non-obvious.",
+        default="",
+    )
 
-    def model_post_init(self, __context: Any) -> None:
-        if not self.display_name:  # frozen model: set the documented default once, here
+    given: frozenset[str] | None = dataclasses.field(default=None, repr=False, compare=False)
+    """The fields its file set (None: all of them -- a profile built in code)."""
+
+    def __post_init__(self) -> None:
+        check(self)
+        if not self.display_name:  # frozen: set the documented default once, here
             object.__setattr__(self, "display_name", self.name)
+
+    def _check(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if (
+                f.name.endswith("flops_per_s")
+                and value
+                and not (MIN_FLOPS_PER_S <= value <= MAX_FLOPS_PER_S)
+            ):
+                raise FieldError(
+                    f.name,
+                    f"must be 0 (none) or between {MIN_FLOPS_PER_S:g} and "
+                    f"{MAX_FLOPS_PER_S:g} FLOP/s, got {value!r}",
+                )
+            if (
+                f.name.endswith("bytes_per_s")
+                and value
+                and not (MIN_BYTES_PER_S <= value <= MAX_BYTES_PER_S)
+            ):
+                raise FieldError(
+                    f.name,
+                    f"must be between {MIN_BYTES_PER_S:g} and {MAX_BYTES_PER_S:g} bytes/s, "
+                    f"got {value!r}",
+                )
+
+    def fields(self) -> dict[str, Any]:
+        """Every profile field and its value, in file order."""
+        return {f: getattr(self, f) for f in FIELDS}
 
     def defaulted_fields(self) -> tuple[str, ...]:
         """Fields this profile did not set, so they hold the reference profile's figures.
 
-        >>> GpuProfile(name="x", memory_bytes=48 * 10**9).defaulted_fields()[:3]
+        >>> parse(GpuProfile, {"name": "x", "memory_bytes": 48 * 10**9}).defaulted_fields()[:3]
         ('display_name', 'vendor', 'memory_bandwidth_bytes_per_s')
         """
-        return tuple(f for f in type(self).model_fields if f not in self.model_fields_set)
+        if self.given is None:
+            return ()
+        return tuple(f for f in FIELDS if f not in self.given)
 
     def with_memory(self, memory_bytes: int) -> GpuProfile:
         """This profile with another amount of usable device memory (``--gpu-memory``).
@@ -199,14 +271,13 @@ class GpuProfile(BaseModel):
         ('h100-sxm-80gb@48GB', 48000000000, 989400000000000.0)
         """
         size = _size_label(memory_bytes)
-        return self.model_copy(
-            update={
-                "name": f"{self.name}@{size}",
-                "display_name": f"{self.display_name}, memory set to {size}",
-                "memory_bytes": _positive_bytes(memory_bytes),
-                "notes": f"memory_bytes overridden to {memory_bytes} (profile value "
-                f"{self.memory_bytes}). {self.notes}".strip(),
-            }
+        return replace(
+            self,
+            name=f"{self.name}@{size}",
+            display_name=f"{self.display_name}, memory set to {size}",
+            memory_bytes=_positive_bytes(memory_bytes),
+            notes=f"memory_bytes overridden to {memory_bytes} (profile value "
+            f"{self.memory_bytes}). {self.notes}".strip(),
         )
 
     def matmul_flops_per_s(self, dtype: DType) -> float:
@@ -233,9 +304,11 @@ def reference_defaults() -> dict[str, Any]:
     8
     """
     return {
-        name: field.default
-        for name, field in GpuProfile.model_fields.items()
-        if not field.is_required() and name not in ("display_name", "source", "notes")
+        f.name: f.default
+        for f in dataclasses.fields(GpuProfile)
+        if f.name in FIELDS
+        and f.default is not dataclasses.MISSING
+        and f.name not in ("display_name", "source", "notes")
     }
 
 
@@ -248,11 +321,12 @@ def adhoc_profile(memory_bytes: int) -> GpuProfile:
     ('custom@48GB', 48000000000, 8, True)
     """
     size = _size_label(memory_bytes)
-    return GpuProfile(
-        name=f"custom@{size}",
-        memory_bytes=_positive_bytes(memory_bytes),
-        display_name=f"custom GPU with {size} (other figures: {REFERENCE_PROFILE})",
-    )
+    given = {
+        "name": f"custom@{size}",
+        "memory_bytes": _positive_bytes(memory_bytes),
+        "display_name": f"custom GPU with {size} (other figures: {REFERENCE_PROFILE})",
+    }
+    return GpuProfile(**given, given=frozenset(given))  # type: ignore[arg-type]
 
 
 def _positive_bytes(memory_bytes: int) -> int:
@@ -326,19 +400,10 @@ def load_profile(name_or_path: str) -> GpuProfile:
         raise _unknown_profile(name_or_path, list(builtin))
     data = read_data_file(path)
     data.setdefault("name", path.stem)
-    try:
-        return GpuProfile(**data)
-    except ValidationError as e:
-        raise MemcalcError(_validation_message(str(path), e)) from None
+    if "given" in data:
+        raise FieldError("given", "unknown key", str(path))
+    return parse(GpuProfile, {**data, "given": frozenset(data)}, str(path))
 
 
-def _validation_message(source: str, err: ValidationError) -> str:
-    """One line for a pydantic error: ``source: field: message; field: message``."""
-    parts = []
-    for e in err.errors():
-        field = ".".join(str(loc) for loc in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        parts.append(f"{field}: {msg}" if field else msg)
-    return f"{source}: " + "; ".join(parts)
+FIELDS = tuple(f.name for f in dataclasses.fields(GpuProfile) if f.name != "given")
+"""The fields of a profile file, in order."""

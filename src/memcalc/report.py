@@ -277,8 +277,9 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
     return "\n".join(parts)
 
 
-def render_plan(rows, model_name: str, gpu, *, fmt: Format, unit: Unit) -> str:  # type: ignore[no-untyped-def]
+def render_plan(result, model_name: str, gpu, *, fmt: Format, unit: Unit) -> str:  # type: ignore[no-untyped-def]
     """The plan: per GPU count and ZeRO stage, the cheapest fitting strategy."""
+    rows = result.rows
     from tabulate import tabulate
 
     records = [
@@ -312,6 +313,8 @@ def render_plan(rows, model_name: str, gpu, *, fmt: Format, unit: Unit) -> str: 
                 "gpu": gpu.name,
                 "gpu_memory_bytes": gpu.memory_bytes,
                 "plan": records,
+                "configurations_evaluated": result.configurations_evaluated,
+                "search_seconds": result.search_seconds,
             },
             indent=2,
         )

@@ -62,10 +62,12 @@ def spec_field(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
+    size: bool = False,
 ) -> Any:
     """A dataclass field with its description and bounds (inclusive ``ge``/``le``, exclusive
-    ``gt``/``lt``)."""
-    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt}
+    ``gt``/``lt``). A ``size`` field is a number of bytes: besides an integer it takes a whole
+    number written as a float (``48e9``) or a size with its unit (``"48GB"``, ``"80 GiB"``)."""
+    meta = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt, "size": size}
     if isinstance(default, (list, dict, set)):
         raise TypeError("mutable default")  # pragma: no cover
     return dataclasses.field(default=default, metadata=meta)
@@ -131,6 +133,11 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
             except FieldError as e:
                 errors.append(e.problem)
         raise FieldError(name, errors[0] if len(errors) == 1 else "; ".join(errors))
+    if origin is frozenset:
+        if not isinstance(value, (frozenset, set, list, tuple)):
+            raise FieldError(name, f"expected a set, got {value!r}")
+        (item,) = typing.get_args(hint)
+        return frozenset(_coerce(name, v, item) for v in value)
     if origin is tuple:
         if not isinstance(value, (tuple, list)):
             raise FieldError(name, f"expected a list, got {value!r}")
@@ -177,13 +184,30 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
     raise TypeError(f"{name}: unsupported annotation {hint!r}")  # pragma: no cover
 
 
+def _size(name: str, value: Any) -> Any:
+    """Bytes from ``48e9`` or ``"48GB"``; anything else is left for the type check."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        from memcalc.units import parse_size
+
+        try:
+            return parse_size(value, name)
+        except MemcalcError as e:
+            raise FieldError(name, str(e).removeprefix(f"{name}: ")) from None
+    return value
+
+
 def check(obj: Any) -> None:
     """Validate a frozen dataclass in place (from its ``__post_init__``): every field's type
     and bounds, then the class's ``_check`` (cross-field rules). Values are normalised (an
     enum's string becomes the member, an int in a float field a float)."""
     hints = _hints(type(obj))
     for f in dataclasses.fields(obj):
-        value = _coerce(f.name, getattr(obj, f.name), hints[f.name])
+        value = getattr(obj, f.name)
+        if f.metadata.get("size"):
+            value = _size(f.name, value)
+        value = _coerce(f.name, value, hints[f.name])
         if isinstance(value, (int, float)) and not isinstance(value, bool) and f.metadata:
             _check_bounds(f.name, value, f.metadata)
         if value is not getattr(obj, f.name):

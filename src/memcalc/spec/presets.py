@@ -71,6 +71,7 @@ PRESETS: dict[str, ModelSpec] = {
         _llama("llama-2-70b", 32000, 8192, 80, 64, 8, 28672),
         _llama("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, max_positions=8192),
         _llama("llama-3-70b", 128256, 8192, 80, 64, 8, 28672, max_positions=8192),
+        _llama("llama-3.1-405b", 128256, 16384, 126, 128, 8, 53248, max_positions=131072),
         _llama("mistral-7b", 32000, 4096, 32, 32, 8, 14336, max_positions=32768),
         _llama(
             "qwen2.5-0.5b",

@@ -1,0 +1,125 @@
+"""``memcalc profiles`` and ``memcalc models``: what is built in."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from memcalc.params import count_params
+from memcalc.profiles import list_profiles, load_profile
+from memcalc.spec.presets import PRESETS
+from memcalc.units import Unit, to_unit
+
+profiles_app = typer.Typer(help="GPU profiles (profiles/*.toml).", no_args_is_help=True)
+models_app = typer.Typer(help="Built-in model presets.", no_args_is_help=True)
+
+
+@models_app.callback()
+def _models() -> None:
+    """Built-in model presets."""
+
+
+@profiles_app.command("list")
+def profiles_list(
+    unit: Annotated[Unit, typer.Option(help="Memory unit.")] = Unit.GiB,
+) -> None:
+    """List the built-in GPU profiles."""
+    from tabulate import tabulate
+
+    rows = []
+    for name in list_profiles():
+        p = load_profile(name)
+        rows.append(
+            [
+                name,
+                p.display_name,
+                f"{to_unit(p.memory_bytes, unit):.1f}",
+                f"{p.bf16_flops_per_s / 1e12:.0f}",
+                f"{p.host_link_bytes_per_s / 1e9:.0f}",
+                p.host_link,
+                str(p.gpus_per_node),
+                f"{p.intra_node_bytes_per_s / 1e9:.0f}",
+            ]
+        )
+    typer.echo(
+        tabulate(
+            rows,
+            headers=[
+                "name",
+                "GPU",
+                f"memory ({unit.value})",
+                "bf16 dense TFLOP/s",
+                "host GB/s",
+                "host link",
+                "GPUs/node",
+                "intra-node GB/s",
+            ],
+            disable_numparse=True,
+        )
+    )
+
+
+@profiles_app.command("show")
+def profiles_show(
+    name: Annotated[str, typer.Argument(help="Profile name, alias (e.g. h100) or file.")],
+) -> None:
+    """Show every field of one GPU profile; fields a profile file leaves out are marked."""
+    from tabulate import tabulate
+
+    from memcalc.profiles import REFERENCE_PROFILE
+
+    p = load_profile(name)
+    defaulted = set(p.defaulted_fields())
+
+    def mark(field: str) -> str:
+        own = field in ("display_name", "source", "notes")
+        return " (not set: default)" if own else f" (not set: {REFERENCE_PROFILE}'s figure)"
+
+    typer.echo(
+        tabulate(
+            [[k, f"{v}{mark(k)}" if k in defaulted else v] for k, v in p.fields().items()],
+            headers=["field", "value"],
+            disable_numparse=True,
+        )
+    )
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """List the built-in model presets with their exact parameter counts."""
+    from tabulate import tabulate
+
+    rows = [
+        [
+            n,
+            s.family.value,
+            f"{count_params(s).total:,}",
+            s.num_layers,
+            s.hidden_size,
+            s.num_heads,
+            s.kv_heads,
+            s.mlp_size,
+            s.vocab_size,
+            "yes" if s.tied else "no",
+        ]
+        for n, s in PRESETS.items()
+    ]
+    typer.echo(
+        tabulate(
+            rows,
+            headers=[
+                "name",
+                "family",
+                "parameters",
+                "layers",
+                "hidden",
+                "heads",
+                "kv heads",
+                "mlp",
+                "vocab",
+                "tied",
+            ],
+            disable_numparse=True,
+        )
+    )
