@@ -161,13 +161,13 @@ def test_budget_over_several_kinds_is_optimal_against_brute_force(pattern, fract
 def test_cost_does_not_grow_with_depth():
     """A 2-layer and a 200-layer model of one width lower the same number of blocks (one)."""
     calls = []
-    real = lower_module._gpt2_block
+    real = lower_module.decoder_block
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    with mock.patch.object(lower_module, "_gpt2_block", counting):
+    with mock.patch.object(lower_module, "decoder_block", counting):
         for layers in (2, 200):
             calls.clear()
             setup = TrainingSetup(seq=64, attention="eager")

@@ -3,6 +3,7 @@
 import pytest
 
 from memcalc.params import count_params, param_tensors
+from memcalc.spec.families import hf_config_dict
 from memcalc.spec.presets import PRESETS
 
 # Published totals (HF model cards / `sum(p.numel() for p in model.parameters())`).
@@ -42,25 +43,8 @@ def test_preset_matches_hf_implementation_on_meta_device(name):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     spec = PRESETS[name]
-    if spec.is_gpt2:
-        cfg = transformers.GPT2Config(
-            vocab_size=spec.vocab_size,
-            n_embd=spec.hidden_size,
-            n_layer=spec.num_layers,
-            n_head=spec.num_heads,
-            n_positions=spec.max_position_embeddings,
-        )
-    else:
-        cfg = transformers.Qwen2Config if "qwen" in name else transformers.LlamaConfig
-        cfg = cfg(
-            vocab_size=spec.vocab_size,
-            hidden_size=spec.hidden_size,
-            num_hidden_layers=spec.num_layers,
-            num_attention_heads=spec.num_heads,
-            num_key_value_heads=spec.kv_heads,
-            intermediate_size=spec.mlp_size,
-            tie_word_embeddings=spec.tied,
-        )
+    cfg = dict(hf_config_dict(spec))
+    cfg = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
     params = list(model.parameters())

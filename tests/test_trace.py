@@ -108,11 +108,11 @@ def test_traced_flops_are_the_matmul_flops(spec, attention):
     setup = _setup(attention, "fp32", 0.0)
     graph = trace_spec(spec, setup).graph
     T, h, m, kv = BATCH * SEQ, spec.hidden_size, spec.mlp_size, spec.kv_size
-    if spec.is_gpt2:
+    if spec.family.value == "gpt2":
         projections = 2 * T * h * (3 * h + h + 2 * m)
     else:
         projections = 2 * T * h * (2 * h + 2 * kv + 3 * m)
-    attention_flops = 4 * BATCH * spec.num_heads * SEQ * SEQ * spec.head_dim
+    attention_flops = 4 * BATCH * spec.num_heads * SEQ * SEQ * spec.head_size
     for blk in graph.kinds:
         assert blk.flops == projections + attention_flops
         assert blk.core_flops == (attention_flops if attention == "eager" else 0)
@@ -127,7 +127,7 @@ def test_param_counts_of_presets(name, impl):
     spec = preset(name)
     trace = trace_spec(spec, TrainingSetup(batch=1, seq=8, precision="bf16"), impl)
     assert trace.counts == count_params(spec)
-    assert trace.tied is spec.tied
+    assert trace.tied is spec.tie_embeddings
 
 
 def test_hf_config_json_is_traced_like_its_spec(tmp_path):

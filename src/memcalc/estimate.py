@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from memcalc.graph.lower import lower
 from memcalc.graph.ops import Component, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
-from memcalc.params import ParamCounts, count_params
+from memcalc.params import ParamCounts, graph_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
@@ -155,8 +155,9 @@ def estimate(
         spec = spec.with_dropout(setup.dropout)
         setup = setup.replace(dropout=None)
     graph = graph or lower(spec, setup)
-    tied = "tied embedding counted once" if spec.tied else "untied embedding and LM head"
-    return estimate_graph(spec.name, graph, count_params(spec), setup, gpu, options, notes=(tied,))
+    tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
+    counts = graph_param_counts(graph, lm_head_numel=spec.vocab_size * spec.hidden_size)
+    return estimate_graph(spec.name, graph, counts, setup, gpu, options, notes=(tied,))
 
 
 def estimate_graph(

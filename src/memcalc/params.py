@@ -10,11 +10,13 @@ a traced model (``memcalc trace``) gets the same accounting from its own tensors
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 
+from memcalc.graph.ops import Component, OpGraph, ParamTensor
 from memcalc.spec.model import ModelSpec
+from memcalc.spec.training import TrainingSetup
 
 COMPONENTS = ("embedding", "attention", "mlp", "norms", "head")
 
@@ -22,20 +24,6 @@ BNB_MIN_NUMEL = 4096
 """bitsandbytes keeps tensors with fewer elements than this in 32-bit state."""
 BNB_BLOCK = 2048
 """bitsandbytes block-wise quantisation: one fp32 absmax per 2048 elements per state."""
-
-
-@dataclass(frozen=True)
-class ParamTensor:
-    """One parameter tensor: its name, shape and the component it belongs to."""
-
-    name: str
-    shape: tuple[int, ...]
-    component: str
-    """One of COMPONENTS."""
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -126,56 +114,45 @@ class ParamCounts:
         )
 
 
-def param_groups(spec: ModelSpec) -> tuple[list[ParamTensor], list[ParamTensor], list[ParamTensor]]:
-    """The parameter tensors of the HF implementation of ``spec`` as (before the blocks, one
-    block -- named ``{layer}`` where the layer index goes --, after the blocks)."""
-    h, v, kv, m = spec.hidden_size, spec.vocab_size, spec.kv_size, spec.mlp_size
-    before: list[ParamTensor] = []
-    block: list[ParamTensor] = []
-    after: list[ParamTensor] = []
+PARAM_SETUP = TrainingSetup(batch=1, seq=1)
+"""The setup parameter shapes are read under (they do not depend on batch or sequence)."""
 
-    def linear(
-        out: list[ParamTensor], name: str, fan_in: int, fan_out: int, bias: bool, comp: str
-    ) -> None:
-        # HF Conv1D stores (in, out), nn.Linear (out, in): the same elements either way.
-        out.append(ParamTensor(f"{name}.weight", (fan_out, fan_in), comp))
-        if bias:
-            out.append(ParamTensor(f"{name}.bias", (fan_out,), comp))
 
-    def norm(out: list[ParamTensor], name: str) -> None:
-        out.append(ParamTensor(f"{name}.weight", (h,), "norms"))
-        if spec.is_gpt2:  # LayerNorm has a bias, RMSNorm does not
-            out.append(ParamTensor(f"{name}.bias", (h,), "norms"))
+def graph_param_counts(graph: OpGraph, *, lm_head_numel: int) -> ParamCounts:
+    """ParamCounts of the parameter tensors the graph's ops own: those outside the blocks once,
+    each block kind's times its count (no loop over the layers)."""
+    outside = [w for op in graph.prologue + graph.epilogue for w in op.weights]
+    groups = [(outside, 1)] + [
+        ([w for op in blk.ops for w in op.weights], count)
+        for blk, count in zip(graph.kinds, graph.kind_counts, strict=True)
+    ]
+    final_norm = sum(
+        w.numel for op in graph.epilogue if op.component is Component.norm for w in op.weights
+    )
+    return ParamCounts.from_groups(
+        groups,
+        num_blocks=graph.num_layers,
+        lm_head_numel=lm_head_numel,
+        final_norm=final_norm,
+    )
 
-    if spec.is_gpt2:
-        before.append(ParamTensor("transformer.wte.weight", (v, h), "embedding"))
-        before.append(
-            ParamTensor("transformer.wpe.weight", (spec.max_position_embeddings, h), "embedding")
-        )
-        p = "transformer.h.{layer}"
-        norm(block, f"{p}.ln_1")
-        linear(block, f"{p}.attn.c_attn", h, h + 2 * kv, spec.has_qkv_bias, "attention")
-        linear(block, f"{p}.attn.c_proj", h, h, spec.has_out_bias, "attention")
-        norm(block, f"{p}.ln_2")
-        linear(block, f"{p}.mlp.c_fc", h, m, spec.has_mlp_bias, "mlp")
-        linear(block, f"{p}.mlp.c_proj", m, h, spec.has_mlp_bias, "mlp")
-        norm(after, "transformer.ln_f")
-    else:
-        before.append(ParamTensor("model.embed_tokens.weight", (v, h), "embedding"))
-        p = "model.layers.{layer}"
-        norm(block, f"{p}.input_layernorm")
-        linear(block, f"{p}.self_attn.q_proj", h, h, spec.has_qkv_bias, "attention")
-        linear(block, f"{p}.self_attn.k_proj", h, kv, spec.has_qkv_bias, "attention")
-        linear(block, f"{p}.self_attn.v_proj", h, kv, spec.has_qkv_bias, "attention")
-        linear(block, f"{p}.self_attn.o_proj", h, h, spec.has_out_bias, "attention")
-        norm(block, f"{p}.post_attention_layernorm")
-        linear(block, f"{p}.mlp.gate_proj", h, m, spec.has_mlp_bias, "mlp")
-        linear(block, f"{p}.mlp.up_proj", h, m, spec.has_mlp_bias, "mlp")
-        linear(block, f"{p}.mlp.down_proj", m, h, spec.has_mlp_bias, "mlp")
-        norm(after, "model.norm")
-    if not spec.tied:
-        after.append(ParamTensor("lm_head.weight", (v, h), "head"))
-    return before, block, after
+
+@cache
+def count_params(spec: ModelSpec) -> ParamCounts:
+    """Count parameters exactly, from the tensors the lowering's ops own.
+
+    GPT-2 small (Radford et al. 2019; HF ``gpt2``) has 124,439,808:
+
+    >>> from memcalc.spec.presets import preset
+    >>> count_params(preset("gpt2")).total
+    124439808
+    >>> count_params(preset("llama-2-7b")).total
+    6738415616
+    """
+    from memcalc.graph.lower import lower
+
+    graph = lower(spec, PARAM_SETUP)
+    return graph_param_counts(graph, lm_head_numel=spec.vocab_size * spec.hidden_size)
 
 
 def param_tensors(spec: ModelSpec) -> list[ParamTensor]:
@@ -186,30 +163,18 @@ def param_tensors(spec: ModelSpec) -> list[ParamTensor]:
     >>> len(param_tensors(preset("gpt2")))  # as len(list(GPT2LMHeadModel(...).parameters()))
     148
     """
-    before, block, after = param_groups(spec)
-    layers = [
-        ParamTensor(t.name.format(layer=i), t.shape, t.component)
-        for i in range(spec.num_layers)
-        for t in block
-    ]
-    return before + layers + after
+    from memcalc.graph.lower import lower
+    from memcalc.spec.families import family_of
 
+    impl = family_of(spec).impl
+    graph = lower(spec, PARAM_SETUP)
 
-def count_params(spec: ModelSpec) -> ParamCounts:
-    """Count parameters exactly.
+    def named(op_weights: list[ParamTensor], layer: int | None) -> list[ParamTensor]:
+        return [
+            ParamTensor(impl.param_name(w.name, layer), w.shape, w.component) for w in op_weights
+        ]
 
-    GPT-2 small (Radford et al. 2019; HF ``gpt2``) has 124,439,808:
-
-    >>> from memcalc.spec.presets import preset
-    >>> count_params(preset("gpt2")).total
-    124439808
-    >>> count_params(preset("llama-2-7b")).total
-    6738415616
-    """
-    before, block, after = param_groups(spec)
-    return ParamCounts.from_groups(
-        [(before + after, 1), (block, spec.num_layers)],
-        num_blocks=spec.num_layers,
-        lm_head_numel=spec.vocab_size * spec.hidden_size,
-        final_norm=2 * spec.hidden_size if spec.is_gpt2 else spec.hidden_size,
-    )
+    out = named([w for op in graph.prologue for w in op.weights], None)
+    for i in range(spec.num_layers):
+        out += named([w for op in graph.block(i).ops for w in op.weights], i)
+    return out + named([w for op in graph.epilogue for w in op.weights], None)

@@ -9,7 +9,7 @@ from memcalc.estimate import Breakdown, Options, estimate
 from memcalc.graph.lower import lower
 from memcalc.graph.ops import OpGraph
 from memcalc.profiles import GpuProfile
-from memcalc.spec.loaders import spec_from_hf_config
+from memcalc.spec.families import spec_from_hf_config
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.recompute import Recompute
 

@@ -101,7 +101,7 @@ def models_list() -> None:
             s.kv_heads,
             s.mlp_size,
             s.vocab_size,
-            "yes" if s.tied else "no",
+            "yes" if s.tie_embeddings else "no",
         ]
         for n, s in PRESETS.items()
     ]

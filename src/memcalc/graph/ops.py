@@ -7,6 +7,7 @@ storage, and it is counted once -- as autograd's saved tensors share one untyped
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -46,6 +47,20 @@ class Saved:
 
 
 @dataclass(frozen=True)
+class ParamTensor:
+    """One parameter tensor: its name, shape and the component it belongs to."""
+
+    name: str
+    shape: tuple[int, ...]
+    component: str
+    """One of memcalc.params.COMPONENTS: embedding, attention, mlp, norms, head."""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
 class Op:
     """One forward op: what it saves for backward, and its forward FLOPs."""
 
@@ -63,6 +78,8 @@ class Op:
     and the gradients it writes for its inputs (weight gradients are counted as gradients)."""
     params: int = 0
     """Elements of the parameters whose gradients this op's backward writes."""
+    weights: tuple[ParamTensor, ...] = ()
+    """The parameter tensors this op owns (named inside its scope)."""
 
 
 def unique_saved(ops: tuple[Op, ...] | list[Op]) -> dict[str, Saved]:

@@ -14,7 +14,8 @@ from torch import nn
 
 from memcalc.errors import MemcalcError
 from memcalc.measure.reference_model import Config, Transformer
-from memcalc.spec.model import ModelSpec
+from memcalc.spec.families import hf_config_dict
+from memcalc.spec.model import ModelSpec, Positions
 from memcalc.spec.training import Attention, DType, TrainingSetup
 
 
@@ -45,66 +46,11 @@ def attention_kind(setup: TrainingSetup) -> str:
     return "eager" if setup.attention is Attention.eager else "sdpa"
 
 
-def hf_config_dict(spec: ModelSpec) -> dict[str, Any]:
-    """The HF config.json of ``spec`` (GPT2Config / LlamaConfig / Qwen2Config fields).
-
-    Qwen2 is chosen for a llama-family spec with q/k/v biases but no output bias (what
-    ``LlamaConfig.attention_bias`` cannot express).
-
-    >>> from memcalc.spec.presets import preset
-    >>> hf_config_dict(preset("gpt2"))["n_embd"]
-    768
-    """
-    if spec.is_gpt2:
-        return {
-            "model_type": "gpt2",
-            "vocab_size": spec.vocab_size,
-            "n_embd": spec.hidden_size,
-            "n_layer": spec.num_layers,
-            "n_head": spec.num_heads,
-            "n_inner": spec.intermediate_size,
-            "n_positions": spec.max_position_embeddings,
-            "activation_function": spec.act.value,
-            "tie_word_embeddings": spec.tied,
-            "embd_pdrop": spec.embedding_dropout,
-            "attn_pdrop": spec.attention_dropout,
-            "resid_pdrop": spec.residual_dropout,
-            "use_cache": False,
-        }
-    if spec.has_qkv_bias and not spec.has_out_bias and not spec.has_mlp_bias:
-        model_type, bias = "qwen2", {}
-    elif spec.has_qkv_bias != spec.has_out_bias:
-        raise MemcalcError(
-            "--impl hf: q/k/v bias without output bias is only expressible as "
-            "Qwen2 (no MLP bias); use --impl ours"
-        )
-    else:
-        model_type, bias = (
-            "llama",
-            {"attention_bias": spec.has_qkv_bias, "mlp_bias": spec.has_mlp_bias},
-        )
-    return {
-        "model_type": model_type,
-        "vocab_size": spec.vocab_size,
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.mlp_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
-        "num_key_value_heads": spec.kv_heads,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "hidden_act": spec.act.value,
-        "tie_word_embeddings": spec.tied,
-        "attention_dropout": spec.attention_dropout,
-        "use_cache": False,
-        **bias,
-    }
-
-
 def build_model(
     spec: ModelSpec, setup: TrainingSetup, impl: Impl, device: torch.device, seed: int = 0
 ) -> nn.Module:
     """The model in training mode, weights in the recipe's weight dtype, on ``device``."""
-    if setup.seq > spec.max_position_embeddings and spec.is_gpt2:
+    if setup.seq > spec.max_position_embeddings and spec.positions is Positions.learned:
         raise MemcalcError(
             f"--seq: {setup.seq} is longer than the model's "
             f"max_position_embeddings ({spec.max_position_embeddings})"
@@ -112,6 +58,12 @@ def build_model(
     dtype = torch_dtype(setup.weight_dtype)
     torch.manual_seed(seed)
     if impl is Impl.ours:
+        if spec.sliding_window is not None and setup.seq > spec.sliding_window:
+            raise MemcalcError(
+                f"--impl ours: the reference model has no sliding-window attention and "
+                f"--seq {setup.seq} is longer than {spec.name}'s window "
+                f"({spec.sliding_window}); use --impl hf"
+            )
         model: nn.Module = Transformer(Config.from_spec(spec, attention_kind(setup)))
     else:
         model = _hf_model(spec, attention_kind(setup))
@@ -124,13 +76,7 @@ def _hf_model(spec: ModelSpec, attention: str) -> nn.Module:
     except ImportError:
         raise MemcalcError("--impl hf needs transformers: pip install 'memcalc[hf]'") from None
     cfg = dict(hf_config_dict(spec))
-    model_type = cfg.pop("model_type")
-    config_cls = {
-        "gpt2": transformers.GPT2Config,
-        "llama": transformers.LlamaConfig,
-        "qwen2": transformers.Qwen2Config,
-    }[model_type]
-    config = config_cls(**cfg)
+    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     return transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attention)
 
 

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memcalc.spec.model import Activation, ModelSpec
+from memcalc.errors import MemcalcError
+from memcalc.spec.model import Activation, Family, ModelSpec
 
 IGNORE_INDEX = -100  # label value cross_entropy skips (HF pads the shifted labels with it)
 
@@ -51,8 +52,13 @@ class Config:
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, attention: str) -> Config:
+        if spec.family not in (Family.gpt2, Family.llama, Family.mistral, Family.qwen2):
+            raise MemcalcError(
+                f"--impl ours: memcalc's reference model runs GPT-2 and Llama-style models; "
+                f"{spec.name} ({spec.family.value}) needs --impl hf"
+            )
         return cls(
-            family=spec.family.value,
+            family="gpt2" if spec.family is Family.gpt2 else "llama",
             vocab_size=spec.vocab_size,
             n_embd=spec.hidden_size,
             n_layer=spec.num_layers,
@@ -60,16 +66,16 @@ class Config:
             n_kv_head=spec.kv_heads,
             mlp_size=spec.mlp_size,
             max_positions=spec.max_position_embeddings,
-            activation=spec.act,
-            tied=spec.tied,
-            qkv_bias=spec.has_qkv_bias,
-            out_bias=spec.has_out_bias,
-            mlp_bias=spec.has_mlp_bias,
+            activation=spec.activation,
+            tied=spec.tie_embeddings,
+            qkv_bias=spec.qkv_bias,
+            out_bias=spec.out_bias,
+            mlp_bias=spec.mlp_bias,
             embd_pdrop=spec.embedding_dropout,
             attn_pdrop=spec.attention_dropout,
             resid_pdrop=spec.residual_dropout,
             attention=attention,
-            norm_eps=1e-5 if spec.is_gpt2 else 1e-6,
+            norm_eps=1e-5 if spec.family is Family.gpt2 else 1e-6,
         )
 
     @property

@@ -7,7 +7,7 @@ against the Hugging Face implementation built on the meta device.
 from __future__ import annotations
 
 from memcalc.errors import one_of
-from memcalc.spec.model import Family, ModelSpec
+from memcalc.spec.model import Family, LayerType, ModelSpec
 
 GPT2_DROPOUT = 0.1
 """openai-community/gpt2*: embd_pdrop = attn_pdrop = resid_pdrop = 0.1."""
@@ -38,13 +38,17 @@ def _llama(
     kv_heads: int,
     intermediate: int,
     *,
+    family: Family = Family.llama,
     tied: bool = False,
     qkv_bias: bool = False,
     max_positions: int = 4096,
+    sliding_window: int | None = None,
 ) -> ModelSpec:
     return ModelSpec(
+        sliding_window=sliding_window,
+        layer_pattern=(LayerType.sliding if sliding_window else LayerType.full,),
         name=name,
-        family=Family.llama,
+        family=family,
         vocab_size=vocab,
         hidden_size=hidden,
         num_layers=layers,
@@ -72,7 +76,19 @@ PRESETS: dict[str, ModelSpec] = {
         _llama("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, max_positions=8192),
         _llama("llama-3-70b", 128256, 8192, 80, 64, 8, 28672, max_positions=8192),
         _llama("llama-3.1-405b", 128256, 16384, 126, 128, 8, 53248, max_positions=131072),
-        _llama("mistral-7b", 32000, 4096, 32, 32, 8, 14336, max_positions=32768),
+        # Mistral-7B-v0.1: every layer attends within a 4096-token window
+        _llama(
+            "mistral-7b",
+            32000,
+            4096,
+            32,
+            32,
+            8,
+            14336,
+            family=Family.mistral,
+            max_positions=32768,
+            sliding_window=4096,
+        ),
         _llama(
             "qwen2.5-0.5b",
             151936,
@@ -81,11 +97,23 @@ PRESETS: dict[str, ModelSpec] = {
             14,
             2,
             4864,
+            family=Family.qwen2,
             tied=True,
             qkv_bias=True,
             max_positions=32768,
         ),
-        _llama("qwen2.5-7b", 152064, 3584, 28, 28, 4, 18944, qkv_bias=True, max_positions=32768),
+        _llama(
+            "qwen2.5-7b",
+            152064,
+            3584,
+            28,
+            28,
+            4,
+            18944,
+            family=Family.qwen2,
+            qkv_bias=True,
+            max_positions=32768,
+        ),
     )
 }
 

@@ -17,7 +17,7 @@ from memcalc.errors import MemcalcError
 from memcalc.measure.build import Impl, attention_kind
 from memcalc.measure.reference_model import Config, Transformer
 from memcalc.spec.loaders import load_model, read_data_file
-from memcalc.spec.model import ModelSpec
+from memcalc.spec.model import ModelSpec, Positions
 from memcalc.spec.presets import PRESETS
 from memcalc.spec.training import TrainingSetup
 
@@ -75,7 +75,7 @@ def resolve_target(target: str, setup: TrainingSetup, impl: Impl = Impl.ours) ->
 def spec_target(spec: ModelSpec, setup: TrainingSetup, impl: Impl) -> Target:
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
-    if spec.is_gpt2 and setup.seq > spec.max_position_embeddings:
+    if spec.positions is Positions.learned and setup.seq > spec.max_position_embeddings:
         raise MemcalcError(
             f"--input-shape: sequence {setup.seq} is longer than the model's "
             f"max_position_embeddings ({spec.max_position_embeddings})"

@@ -1,0 +1,123 @@
+"""Normalisation layers: LayerNorm and the RMSNorm variants HF implementations use.
+
+What each saves follows PyTorch's autograd formulas (``tools/autograd/derivatives.yaml``) for
+the ops the HF module runs.
+"""
+
+from __future__ import annotations
+
+from memcalc.graph.ops import Component, ParamTensor, Saved
+from memcalc.graph.scope import Scope
+from memcalc.spec.model import Norm
+from memcalc.spec.training import DType
+
+NORM = Component.norm
+
+
+def layer_norm(
+    sc: Scope, prefix: str, x: Saved, rows: int, stat_dtype: DType, *, bias: bool = True
+) -> Saved:
+    """``aten.native_layer_norm`` saves its input, mean and rstd (one per row: fp32 on CUDA,
+    the input dtype on CPU). Returns the output (which the next op may save)."""
+    width = x.numel // rows
+    weights: tuple[ParamTensor, ...] = (ParamTensor(f"{prefix}.weight", (width,), "norms"),)
+    if bias:
+        weights += (ParamTensor(f"{prefix}.bias", (width,), "norms"),)
+    sc.add(
+        f"{prefix}.layer_norm",
+        NORM,
+        [x, Saved(f"{prefix}.mean", rows, stat_dtype), Saved(f"{prefix}.rstd", rows, stat_dtype)],
+        8 * x.numel,
+        "aten.native_layer_norm: saves input, mean, rstd",
+        grads=2 * x.nbytes,
+        params=2 * width,  # weight and bias
+        weights=weights,
+    )
+    return Saved(f"{prefix}.out", x.numel, x.dtype)
+
+
+def rms_norm(
+    sc: Scope, prefix: str, x: Saved, rows: int, width: int, variant: Norm = Norm.rms_norm
+) -> Saved:
+    """RMSNorm over the last ``width`` features of ``x`` (``rows`` of them), as HF writes it.
+
+    All variants compute in fp32: ``x32 = x.to(fp32)`` (a copy unless x is fp32), ``pow``
+    saves x32, ``rsqrt`` its result (one fp32 per row), ``mul(x32, r)`` both. Then:
+
+    - ``rms_norm`` (LlamaRMSNorm): ``weight * y.to(dtype)`` saves the dtype copy of y (when x
+      is fp32, y itself).
+    - ``rms_norm_fp32_weight`` (Olmo2RMSNorm): ``(weight * y).to(dtype)`` -- the multiply runs
+      in fp32 and saves y (fp32) for the weight gradient.
+    - ``rms_norm_unit_offset`` (Gemma2RMSNorm): ``y * (1.0 + weight.float())`` saves y (fp32)
+      and the fp32 ``1 + w`` vector (width elements, once per norm call, whatever the tokens).
+    """
+    numel = x.numel
+    x32 = x if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", numel, DType.fp32)
+    rstd = Saved(f"{prefix}.rstd", rows, DType.fp32)
+    g32 = 2 * numel * 4  # fp32 gradient in and out
+    weight = (ParamTensor(f"{prefix}.weight", (width,), "norms"),)
+    sc.add(f"{prefix}.pow", NORM, [x32], 2 * numel, "aten.pow.Tensor_Scalar: saves self", grads=g32)
+    sc.add(f"{prefix}.rsqrt", NORM, [rstd], 2 * rows, "aten.rsqrt: saves result")
+    sc.add(
+        f"{prefix}.mul_rstd",
+        NORM,
+        [x32, rstd],
+        numel,
+        "aten.mul.Tensor: saves self, other",
+        grads=g32,
+    )
+    if variant is Norm.rms_norm:
+        normed = Saved(f"{prefix}.normed", numel, x.dtype)
+        sc.add(
+            f"{prefix}.mul_weight",
+            NORM,
+            [normed],
+            numel,
+            "aten.mul.Tensor(weight, y): saves y (weight is a parameter)",
+            grads=2 * x.nbytes + numel * 4,
+            params=width,
+            weights=weight,
+        )
+    elif variant is Norm.rms_norm_fp32_weight:
+        y32 = Saved(f"{prefix}.normed_fp32", numel, DType.fp32)
+        sc.add(
+            f"{prefix}.mul_weight",
+            NORM,
+            [y32],
+            numel,
+            "aten.mul.Tensor(weight, y_fp32) in fp32: saves y (Olmo2RMSNorm)",
+            grads=2 * numel * 4 + x.nbytes,
+            params=width,
+            weights=weight,
+        )
+    else:
+        y32 = Saved(f"{prefix}.normed_fp32", numel, DType.fp32)
+        one_plus_w = Saved(f"{prefix}.one_plus_weight", width, DType.fp32)
+        sc.add(
+            f"{prefix}.mul_weight",
+            NORM,
+            [y32, one_plus_w],
+            2 * numel,
+            "aten.mul.Tensor(y, 1 + weight.float()): saves y and 1 + w (Gemma2RMSNorm)",
+            grads=2 * numel * 4 + x.nbytes,
+            params=width,
+            weights=weight,
+        )
+    return Saved(f"{prefix}.out", numel, x.dtype)
+
+
+def norm(
+    sc: Scope,
+    prefix: str,
+    x: Saved,
+    rows: int,
+    width: int,
+    variant: Norm,
+    stat_dtype: DType,
+    *,
+    bias: bool = False,
+) -> Saved:
+    """The norm ``variant`` over ``x`` (``rows`` x ``width``)."""
+    if variant is Norm.layer_norm:
+        return layer_norm(sc, prefix, x, rows, stat_dtype, bias=bias)
+    return rms_norm(sc, prefix, x, rows, width, variant)

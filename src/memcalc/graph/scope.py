@@ -1,0 +1,142 @@
+"""What every building block shares: the scope collecting its ops, the sizes of the step it is
+lowered for, and the smallest helpers (a tensor, a dropout, matmul FLOPs).
+
+Notation: b batch, s sequence, T = b*s tokens, h hidden, a heads, g kv heads, d head dim, m MLP
+width, V vocabulary, p the activation dtype, r the residual-stream dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memcalc.graph.ops import Component, Op, ParamTensor, Saved
+from memcalc.spec.training import DType
+
+
+@dataclass
+class Scope:
+    """Collects the ops of one scope (prologue, a block kind, epilogue)."""
+
+    fp8_linears: bool = False
+    autocast: DType | None = None
+    """Under torch.autocast: the 16-bit dtype matmuls cast their inputs and weights to."""
+    ops: list[Op] = field(default_factory=list)
+    shared: dict[str, Saved] = field(default_factory=dict)
+    """Tensors the block's ops save but the model makes once for every layer (a sliding-window
+    mask): counted once, in the prologue, not per layer."""
+
+    def share(self, t: Saved) -> None:
+        """Record ``t`` as saved here but shared by all layers."""
+        self.shared.setdefault(t.name, t)
+
+    def matmul_input(self, x: Saved, op: str) -> Saved:
+        """What a matmul saves of its activation input: ``x`` itself, or under autocast a
+        16-bit cast of an fp32 ``x`` -- made by each matmul anew (autocast caches only casts
+        of leaf tensors, the weights), so three projections of one input save three copies."""
+        if self.autocast is None or x.dtype is self.autocast:
+            return x
+        return Saved(f"{op}.{x.name}.cast", x.view_numel or x.numel, self.autocast)
+
+    def add(
+        self,
+        name: str,
+        component: Component,
+        saves: list[Saved],
+        flops: int,
+        source: str,
+        core: bool = False,
+        grads: int = 0,
+        params: int = 0,
+        weights: tuple[ParamTensor, ...] = (),
+    ) -> None:
+        """Append an op; ``grads`` = bytes of its output gradient + its input gradients,
+        ``params`` = elements of the weights whose gradients its backward writes, ``weights``
+        = the parameter tensors it owns."""
+        self.ops.append(
+            Op(name, component, tuple(saves), flops, source, core, grads, params, weights)
+        )
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes one step is lowered for (per GPU rank)."""
+
+    b: int
+    s: int
+    h: int
+    a: int
+    """Query heads."""
+    d: int
+    """Per-head width."""
+    g: int
+    """Key/value heads."""
+    m: int
+    V: int
+    p: DType
+    """Activation dtype: what matmuls output."""
+    r: DType
+    """Residual-stream dtype: p, or fp32 under autocast (fp32 weights, fp32 embeddings)."""
+    stat_dtype: DType
+    """LayerNorm statistics: fp32 on CUDA (and for fp32 inputs), the input dtype on CPU."""
+    pow_in_fp32: bool = False
+    """CUDA autocast runs pow in fp32 (HF gelu_new)."""
+
+    @property
+    def T(self) -> int:  # noqa: N802 -- T is the paper's name for tokens
+        return self.b * self.s
+
+    @property
+    def q(self) -> int:
+        """Width of the query projection, a*d."""
+        return self.a * self.d
+
+    @property
+    def kv(self) -> int:
+        """Width of the key (and value) projection, g*d."""
+        return self.g * self.d
+
+
+def tensor(name: str, rows: int, cols: int, dtype: DType) -> Saved:
+    """A (rows x cols) tensor."""
+    return Saved(name, rows * cols, dtype)
+
+
+def unique(saved: list[Saved]) -> list[Saved]:
+    """``saved`` without repeated storages (q, k, v of a fused projection are one storage)."""
+    out: dict[str, Saved] = {}
+    for t in saved:
+        out.setdefault(t.name, t)
+    return list(out.values())
+
+
+def matmul_flops(m: int, k: int, n: int) -> int:
+    """2*m*k*n: one multiply and one add per term (Kaplan et al. 2020, sec. 2.1)."""
+    return 2 * m * k * n
+
+
+def dropout(
+    sc: Scope,
+    name: str,
+    comp: Component,
+    x: Saved,
+    p: float,
+    *,
+    core: bool = False,
+    keep_output_name: str | None = None,
+) -> Saved:
+    """``aten.native_dropout`` (CUDA): saves a 1-byte bool mask; the output is a new tensor.
+
+    With p == 0, ``F.dropout`` returns its input: no mask, no copy.
+    """
+    if p <= 0:
+        return x
+    sc.add(
+        name,
+        comp,
+        [Saved(f"{name}.mask", x.numel, DType.bool)],
+        2 * x.numel,
+        "aten.native_dropout: saves the bool mask",
+        core,
+        grads=2 * x.nbytes,
+    )
+    return Saved(keep_output_name or f"{name}.out", x.numel, x.dtype)

@@ -1,0 +1,69 @@
+"""Model families: each maps its HF ``config.json`` to ModelSpec features and back, and says
+how its implementation writes the ops. ``FAMILIES`` is the registry; a new family is one
+module with a ``FamilyDef`` per model_type, added to ``_MODULES``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from memcalc.errors import MemcalcError
+from memcalc.spec.families.base import FamilyDef, Implementation
+from memcalc.spec.model import Family, ModelSpec
+
+_MODULES = ("gpt2", "llama")
+"""Modules of spec/families/ that define families (each exports ``FAMILIES``)."""
+
+
+@cache
+def _registry() -> dict[Family, FamilyDef]:
+    out: dict[Family, FamilyDef] = {}
+    for name in _MODULES:
+        module = importlib.import_module(f"memcalc.spec.families.{name}")
+        for fam in module.FAMILIES:
+            out[fam.family] = fam
+    return out
+
+
+def family_def(family: Family) -> FamilyDef:
+    """The definition of ``family``."""
+    try:
+        return _registry()[family]
+    except KeyError:  # pragma: no cover - every Family member has a module
+        raise MemcalcError(f"family: {family.value} has no definition yet") from None
+
+
+def family_of(spec: ModelSpec) -> FamilyDef:
+    return family_def(spec.family)
+
+
+def hf_model_types() -> dict[str, FamilyDef]:
+    """HF ``model_type`` -> its family, for every family memcalc reads."""
+    return {t: fam for fam in _registry().values() for t in fam.model_types}
+
+
+def spec_from_hf_config(cfg: Mapping[str, Any], source: str = "config.json") -> ModelSpec:
+    """A ModelSpec from an HF ``config.json`` of any family memcalc reads.
+
+    >>> spec_from_hf_config({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
+    ...                      "vocab_size": 50257}).hidden_size
+    768
+    """
+    model_type = cfg.get("model_type")
+    types = hf_model_types()
+    if not isinstance(model_type, str) or model_type not in types:
+        raise MemcalcError(
+            f"{source}: model_type: unsupported value {model_type!r}; "
+            f"memcalc reads: {', '.join(types)} (use `memcalc trace` for others)"
+        )
+    return types[model_type].from_hf(cfg, source)
+
+
+def hf_config_dict(spec: ModelSpec) -> dict[str, Any]:
+    """The HF config.json of ``spec`` (to build the HF model for measure and trace)."""
+    return family_of(spec).to_hf(spec)
+
+
+__all__ = ["FamilyDef", "Implementation", "family_def", "family_of", "spec_from_hf_config"]

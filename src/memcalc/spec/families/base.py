@@ -1,0 +1,161 @@
+"""What a model family is: how its HF implementation writes the ops (``Implementation``), and
+the mapping between its ``config.json`` and a ModelSpec (``FamilyDef``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import Any
+
+from memcalc.errors import MemcalcError
+from memcalc.spec.model import Family, ModelSpec
+
+LLAMA_NAMES: dict[str, str] = {
+    # op names of one block, by role (Llama-style unless a family says otherwise)
+    "attn_norm": "input_layernorm",
+    "attn_post_norm": "post_attention_layernorm",
+    "mlp_norm": "post_attention_layernorm",
+    "mlp_post_norm": "post_feedforward_layernorm",
+    "q": "attn.q_proj",
+    "k": "attn.k_proj",
+    "v": "attn.v_proj",
+    "qkv": "attn.qkv_proj",
+    "q_norm": "attn.q_norm",
+    "k_norm": "attn.k_norm",
+    "rope": "attn.rope",
+    "o": "attn.o_proj",
+    "attn_dropout": "attn.resid_dropout",
+    "attn_residual": "attn.residual_add",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "gate_up": "mlp.gate_up_proj",
+    "act": "mlp.act",
+    "gate_mul_up": "mlp.gate_mul_up",
+    "down": "mlp.down_proj",
+    "mlp_dropout": "mlp.dropout",
+    "mlp_residual": "mlp.residual_add",
+    # outside the blocks
+    "embed_tokens": "embed_tokens",
+    "embed_positions": "embed_positions",
+    "embed_dropout": "embed_dropout",
+    "final_norm": "norm",
+    "lm_head": "lm_head",
+}
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """How the family's HF code is written, where that changes what is saved or named."""
+
+    names: Mapping[str, str] = field(default_factory=lambda: dict(LLAMA_NAMES))
+    """Op names by role."""
+    softmax_in_fp32: bool = True
+    """Eager softmax runs in fp32 (``softmax(..., dtype=float32)``); False: in the scores'
+    dtype (GPT-2)."""
+    probs_to_query_dtype: bool = True
+    """Eager probabilities are cast to q's dtype (Llama); False: to the activation dtype."""
+    checkpoint_keeps_position_ids: bool = True
+    """Decoder layers get ``position_ids`` (1 x s, int64) by keyword: a checkpoint's closure
+    keeps them."""
+    param_prefix: str = "model.layers.{layer}."
+    """How HF names a block's parameters: this prefix + the op-level name."""
+    param_renames: Mapping[str, str] = field(default_factory=lambda: {"attn.": "self_attn."})
+    """Op-level name prefixes HF spells differently in parameter names."""
+    outside_names: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "embed_tokens.weight": "model.embed_tokens.weight",
+            "norm.weight": "model.norm.weight",
+            "lm_head.weight": "lm_head.weight",
+        }
+    )
+    """HF names of the parameters outside the blocks."""
+
+    def mlp_name(self, prefix: str) -> Callable[[str], str]:
+        """Op names of an MLP under ``prefix`` (``mlp``, or e.g. a shared expert's)."""
+
+        def name(role: str) -> str:
+            full = self.names[role]
+            return prefix + full[3:] if full.startswith("mlp") else full
+
+        return name
+
+    def param_name(self, short: str, layer: int | None) -> str:
+        """The HF name of a parameter given its op-level name (``layer`` None: outside)."""
+        if layer is None:
+            return self.outside_names.get(short, short)
+        for old, new in self.param_renames.items():
+            if short.startswith(old):
+                short = new + short[len(old) :]
+                break
+        return self.param_prefix.format(layer=layer) + short
+
+
+@dataclass(frozen=True)
+class FamilyDef:
+    """One family: its implementation traits, spec defaults and config.json mapping."""
+
+    family: Family
+    model_types: tuple[str, ...]
+    """HF ``model_type`` values it reads."""
+    impl: Implementation
+    defaults: Mapping[str, Any]
+    """ModelSpec fields a spec file of this family may leave out."""
+    dropouts: tuple[str, ...]
+    """The dropout rates the implementation has (what ``--dropout`` sets)."""
+    from_hf: Callable[[Mapping[str, Any], str], ModelSpec]
+    """config.json -> ModelSpec."""
+    to_hf: Callable[[ModelSpec], dict[str, Any]]
+    """ModelSpec -> config.json (to build the HF model for measure / trace)."""
+    check: Callable[[ModelSpec], None] = lambda spec: None
+    """Family rules a spec must follow (e.g. Llama has no residual dropout)."""
+
+
+class HfConfig:
+    """A config.json being read: values by key, with the key named in every error."""
+
+    def __init__(self, cfg: Mapping[str, Any], source: str) -> None:
+        self.cfg, self.source = cfg, source
+        self.keys: dict[str, str] = {}
+        """ModelSpec field -> the config key it was read from (for error messages)."""
+
+    def get(self, field_name: str, key: str, default: Any = None) -> Any:
+        """``cfg[key]`` (``default`` when absent or null), remembered as ``field_name``'s."""
+        self.keys[field_name] = key
+        value = self.cfg.get(key)
+        return default if value is None else value
+
+    def require(self, field_name: str, key: str) -> Any:
+        self.keys[field_name] = key
+        if key not in self.cfg or self.cfg[key] is None:
+            model_type = self.cfg.get("model_type")
+            raise MemcalcError(f"{self.source}: {key}: missing (required for {model_type})")
+        return self.cfg[key]
+
+    def spec(self, fields: Mapping[str, Any]) -> ModelSpec:
+        """The ModelSpec of ``fields``; a bad value names the config key it came from."""
+        from memcalc.validate import FieldError, parse
+
+        try:
+            return parse(ModelSpec, dict(fields))
+        except FieldError as e:
+            head, _, rest = e.field.partition(".")
+            key = self.keys.get(head, head) + (f".{rest}" if rest else "")
+            raise FieldError(key, e.problem, self.source) from None
+
+    def name(self) -> str:
+        """The model's name: ``_name_or_path``; else the file's name (``llama-2-7b-config``),
+        or its folder's when the file is a plain ``config.json`` (an HF snapshot folder);
+        else its architecture, else its model_type."""
+        named = self.cfg.get("_name_or_path")
+        if isinstance(named, str) and named.strip():
+            return named.strip().rstrip("/").split("/")[-1]
+        path = PurePath(self.source)
+        if path.suffix == ".json" and path.stem != "config":
+            return path.stem
+        if path.suffix == ".json" and path.parent.name not in ("", "."):
+            return path.parent.name
+        arch = self.cfg.get("architectures")
+        if isinstance(arch, list) and arch and isinstance(arch[0], str):
+            return arch[0]
+        return str(self.cfg.get("model_type"))
