@@ -1,6 +1,6 @@
-"""Compact table of one layer's saved storages from a notes/dump_saved.py --json result.
+"""Compact table of one layer's saved storages from a tools/dump_saved.py --json result.
 
-    python notes/saved_table.py /tmp/d.json [--layer 1]
+    python tools/saved_table.py /tmp/d.json [--layer 1]
 
 One row per storage the layer saved first (views and re-saves of it are folded in, their ops
 listed): ops | shape | dtype | bytes. Then the layer total and the tensors passed to the layer.

@@ -1,6 +1,6 @@
 """Print every tensor autograd saves in one real CPU training step of an HF model.
 
-    PYTHONPATH=src python notes/dump_saved.py tests/data/hf/tiny/gemma2.json \
+    PYTHONPATH=src python tools/dump_saved.py tests/data/hf/tiny/gemma2.json \
         --dtype bf16 --attn eager [--batch 2 --seq 32] [--experts grouped_mm] [--json out.json]
 
 The model is built from the config.json with random init (``AutoModelForCausalLM.from_config``,
