@@ -29,7 +29,7 @@ RoPE cos/sin, masks, position ids...): what a non-reentrant ``torch.utils.checkp
 layer keeps alive instead of the layer's saved tensors.
 
 CPU only. It measures what the CPU kernels save (e.g. SDPA on CPU picks the flash kernel only
-when q/k/v head dims match and no mask forces the math path); see notes/families.md.
+when q/k/v head dims match and no mask forces the math path); see docs/research/families.md.
 """
 
 from __future__ import annotations
@@ -86,13 +86,21 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     best: list[nn.Module] = []
     for m in model.modules():
         if isinstance(m, nn.ModuleList) and len(m) and len({type(c) for c in m}) == 1:
-            if sum(p.numel() for p in m.parameters()) > sum(p.numel() for c in best for p in c.parameters()):
+            if sum(p.numel() for p in m.parameters()) > sum(
+                p.numel() for c in best for p in c.parameters()
+            ):
                 best = list(m)
     return best
 
 
 def key(t: torch.Tensor) -> tuple:
-    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+    return (
+        t.untyped_storage().data_ptr(),
+        t.storage_offset(),
+        tuple(t.shape),
+        tuple(t.stride()),
+        t.dtype,
+    )
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -105,7 +113,7 @@ def run(args: argparse.Namespace) -> dict:
     state = {"scope": "prologue", "stack": []}
     records: list[SavedRec] = []
     by_key: dict[tuple, list[int]] = defaultdict(list)
-    storage_ids: "OrderedDict[int, int]" = OrderedDict()
+    storage_ids: OrderedDict[int, int] = OrderedDict()
     first_of_storage: dict[int, int] = {}
     keep: list[torch.Tensor] = []
     layer_inputs: dict[int, list[dict]] = {}
@@ -115,18 +123,21 @@ def run(args: argparse.Namespace) -> dict:
         if i is not None:
             state["scope"] = f"layer {i}"
             if args.layer_inputs and i not in layer_inputs:
-                flat = [("arg%d" % j, v) for j, v in enumerate(a)] + list(kw.items())
+                flat = [(f"arg{j}", v) for j, v in enumerate(a)] + list(kw.items())
                 rows = []
                 for name, v in flat:
                     vs = v if isinstance(v, (tuple, list)) else (v,)
                     for k, t in enumerate(vs):
                         if isinstance(t, torch.Tensor):
-                            rows.append({
-                                "arg": name + (f"[{k}]" if len(vs) > 1 else ""),
-                                "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-                                "storage_bytes": t.untyped_storage().nbytes(),
-                                "requires_grad": t.requires_grad,
-                            })
+                            rows.append(
+                                {
+                                    "arg": name + (f"[{k}]" if len(vs) > 1 else ""),
+                                    "shape": list(t.shape),
+                                    "dtype": str(t.dtype).replace("torch.", ""),
+                                    "storage_bytes": t.untyped_storage().nbytes(),
+                                    "requires_grad": t.requires_grad,
+                                }
+                            )
                 layer_inputs[i] = rows
         state["stack"].append(paths.get(id(m), "?"))
 
@@ -153,11 +164,23 @@ def run(args: argparse.Namespace) -> dict:
         else:
             first_of_storage[sid] = idx
             if t._base is not None or t.untyped_storage().nbytes() != t.numel() * t.element_size():
-                note = "view (storage larger than tensor)" if t.untyped_storage().nbytes() > t.numel() * t.element_size() else "view"
+                note = (
+                    "view (storage larger than tensor)"
+                    if t.untyped_storage().nbytes() > t.numel() * t.element_size()
+                    else "view"
+                )
         rec = SavedRec(
-            idx, state["scope"], state["stack"][-1] if state["stack"] else "",
-            list(t.shape), list(t.stride()), str(t.dtype).replace("torch.", ""), sid,
-            t.untyped_storage().nbytes(), t.numel() * t.element_size(), new and not is_param, note,
+            idx,
+            state["scope"],
+            state["stack"][-1] if state["stack"] else "",
+            list(t.shape),
+            list(t.stride()),
+            str(t.dtype).replace("torch.", ""),
+            sid,
+            t.untyped_storage().nbytes(),
+            t.numel() * t.element_size(),
+            new and not is_param,
+            note,
         )
         records.append(rec)
         keep.append(t)
@@ -171,7 +194,11 @@ def run(args: argparse.Namespace) -> dict:
     vocab = model.get_input_embeddings().num_embeddings
     torch.manual_seed(1)
     ids = torch.randint(0, vocab, (args.batch, args.seq))
-    ac = torch.autocast("cpu", dtype=torch.bfloat16) if args.dtype == "autocast" else contextlib.nullcontext()
+    ac = (
+        torch.autocast("cpu", dtype=torch.bfloat16)
+        if args.dtype == "autocast"
+        else contextlib.nullcontext()
+    )
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         with ac:
             out = model(input_ids=ids, labels=ids)
@@ -218,19 +245,27 @@ def run(args: argparse.Namespace) -> dict:
         if r.new:
             totals[r.scope] += r.storage_bytes
     return {
-        "config": args.config, "dtype": args.dtype, "attn": args.attn, "experts": args.experts,
-        "batch": args.batch, "seq": args.seq, "loss_dtype": str(loss.dtype),
+        "config": args.config,
+        "dtype": args.dtype,
+        "attn": args.attn,
+        "experts": args.experts,
+        "batch": args.batch,
+        "seq": args.seq,
+        "loss_dtype": str(loss.dtype),
         "logits": [list(out.logits.shape), str(out.logits.dtype)],
         "backward_error": backward_error,
         "records": [asdict(r) for r in records],
-        "totals": dict(totals), "total": sum(totals.values()),
+        "totals": dict(totals),
+        "total": sum(totals.values()),
         "layer_inputs": layer_inputs,
     }
 
 
 def print_report(res: dict) -> None:
-    print(f"# {res['config']}  dtype={res['dtype']} attn={res['attn']} experts={res['experts']} "
-          f"b={res['batch']} s={res['seq']}  logits={res['logits']}")
+    print(
+        f"# {res['config']}  dtype={res['dtype']} attn={res['attn']} experts={res['experts']} "
+        f"b={res['batch']} s={res['seq']}  logits={res['logits']}"
+    )
     if res["backward_error"]:
         print(f"# BACKWARD FAILED: {res['backward_error']}")
     scope = None
@@ -240,8 +275,10 @@ def print_report(res: dict) -> None:
             print(f"\n## {scope}")
         ops = ",".join(sorted(set(r["ops"]))) or "(no node claims it)"
         flag = "new" if r["new"] else "   "
-        print(f"#{r['index']:<4d} {flag} s{r['storage']:<4d} {r['storage_bytes']:>9d}B "
-              f"{r['dtype']:8s} {str(tuple(r['shape'])):22s} {ops:50s} {r['module']} {r['note']}")
+        print(
+            f"#{r['index']:<4d} {flag} s{r['storage']:<4d} {r['storage_bytes']:>9d}B "
+            f"{r['dtype']:8s} {str(tuple(r['shape'])):22s} {ops:50s} {r['module']} {r['note']}"
+        )
     print("\n## totals (unique storages, bytes, charged to the scope that first saved them)")
     for k, v in res["totals"].items():
         print(f"{k:16s} {v:>12d}")
@@ -249,8 +286,13 @@ def print_report(res: dict) -> None:
     if res["layer_inputs"]:
         print("\n## tensors passed to each decoder layer (what a non-reentrant checkpoint keeps)")
         for i, rows in res["layer_inputs"].items():
-            print(f"layer {i}: " + "; ".join(
-                f"{r['arg']} {tuple(r['shape'])} {r['dtype']} {r['storage_bytes']}B" for r in rows))
+            print(
+                f"layer {i}: "
+                + "; ".join(
+                    f"{r['arg']} {tuple(r['shape'])} {r['dtype']} {r['storage_bytes']}B"
+                    for r in rows
+                )
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("config")
     ap.add_argument("--dtype", choices=["fp32", "bf16", "autocast"], default="fp32")
     ap.add_argument("--attn", choices=["eager", "sdpa"], default="sdpa")
-    ap.add_argument("--experts", default=None, help="experts_implementation: eager, grouped_mm, batched_mm")
+    ap.add_argument(
+        "--experts", default=None, help="experts_implementation: eager, grouped_mm, batched_mm"
+    )
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--params", action="store_true", help="also list saved parameters/buffers")
@@ -270,8 +314,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     if args.quiet:
-        print(json.dumps({"totals": res["totals"], "total": res["total"],
-                          "backward_error": res["backward_error"]}))
+        print(
+            json.dumps(
+                {
+                    "totals": res["totals"],
+                    "total": res["total"],
+                    "backward_error": res["backward_error"],
+                }
+            )
+        )
     else:
         print_report(res)
     return 1 if res["backward_error"] else 0

@@ -193,9 +193,7 @@ def count(name: str) -> dict:
         "layers": len(per_layer),
         "per_layer_kinds": [],
         "shapes": shapes,
-        "resolved_config": {
-            k: getattr(config, k) for k in RESOLVED_KEYS if hasattr(config, k)
-        },
+        "resolved_config": {k: getattr(config, k) for k in RESOLVED_KEYS if hasattr(config, k)},
     }
     # group layers of identical role breakdown: [{"layers": [i..], "counts": {...}}]
     kinds: dict[str, list[int]] = {}
@@ -237,14 +235,18 @@ def main() -> int:
     target = HERE / "param_counts.json"
     if args.check:
         old = json.loads(target.read_text())
-        diff = [n for n in out["presets"] if old["presets"].get(n) != json.loads(text)["presets"][n]]
+        diff = [
+            n for n in out["presets"] if old["presets"].get(n) != json.loads(text)["presets"][n]
+        ]
         print("differ:" if diff else "same", *diff)
         return 1 if diff else 0
     target.write_text(text)
     for name, r in out["presets"].items():
         moe = r.get("moe", {})
-        print(f"{name:20s} {r['total']:>16,d} tied={r['tied_embeddings']!s:5s} "
-              f"active={moe.get('active_params_per_token', r['total']):>16,d}")
+        print(
+            f"{name:20s} {r['total']:>16,d} tied={r['tied_embeddings']!s:5s} "
+            f"active={moe.get('active_params_per_token', r['total']):>16,d}"
+        )
     return 0
 
 
