@@ -156,7 +156,8 @@ def estimate(
         setup = setup.replace(dropout=None)
     graph = graph or lower(spec, setup)
     tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
-    counts = graph_param_counts(graph, lm_head_numel=spec.vocab_size * spec.hidden_size)
+    vocab = graph.logits.numel // setup.tokens if graph.logits else spec.vocab_size
+    counts = graph_param_counts(graph, lm_head_numel=vocab * spec.hidden_size)
     return estimate_graph(spec.name, graph, counts, setup, gpu, options, notes=(tied,))
 
 

@@ -11,6 +11,7 @@ depth.
 
 from __future__ import annotations
 
+from memcalc.errors import MemcalcError
 from memcalc.graph.blocks.block import decoder_block
 from memcalc.graph.blocks.embedding import embeddings, rotary_tables
 from memcalc.graph.blocks.head import head_and_loss
@@ -32,20 +33,32 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
     """The sizes of one step of ``spec`` under ``setup``."""
     p = setup.activation_dtype
     r = DType.fp32 if setup.precision.is_amp else p
+    t = setup.tp
     return Dims(
         b=setup.batch,
         s=setup.seq,
         h=spec.hidden_size,
-        a=spec.num_heads,
+        a=_split(spec.num_heads, t, "num_heads"),
         d=spec.head_size,
-        g=spec.kv_heads,
-        m=spec.mlp_size,
-        V=spec.vocab_size,
+        # Megatron splits the key/value heads; with fewer kv heads than ranks each rank keeps
+        # one, replicated.
+        g=_split(spec.kv_heads, t, "num_kv_heads") if spec.kv_heads >= t else 1,
+        m=_split(spec.mlp_size, t, "intermediate_size"),
+        V=-(-spec.vocab_size // t),  # vocab-parallel embedding and head (Megatron pads it)
         p=p,
         r=r,
         stat_dtype=DType.fp32 if (device == "cuda" or r is DType.fp32) else r,
         pow_in_fp32=setup.precision.is_amp and device == "cuda",
+        tp=t,
+        sp=setup.sp,
     )
+
+
+def _split(n: int, ranks: int, what: str) -> int:
+    """``n`` / ``ranks``, which must divide it (Megatron's rule for heads and MLP width)."""
+    if n % ranks:
+        raise MemcalcError(f"--tp: {ranks} does not divide {what} ({n})")
+    return n // ranks
 
 
 def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:

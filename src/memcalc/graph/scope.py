@@ -80,10 +80,23 @@ class Dims:
     """LayerNorm statistics: fp32 on CUDA (and for fp32 inputs), the input dtype on CPU."""
     pow_in_fp32: bool = False
     """CUDA autocast runs pow in fp32 (HF gelu_new)."""
+    tp: int = 1
+    """Tensor-parallel ranks (Megatron column -> row layout): heads, MLP width and vocabulary
+    above are this rank's share."""
+    sp: bool = False
+    """Sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2): outside the column -> row
+    regions (norms, dropout, the residual stream) each rank holds T / tp tokens."""
 
     @property
     def T(self) -> int:  # noqa: N802 -- T is the paper's name for tokens
+        """Tokens inside a tensor-parallel region (all of this rank's sequence)."""
         return self.b * self.s
+
+    @property
+    def T_rep(self) -> int:  # noqa: N802
+        """Tokens of a tensor outside the tensor-parallel regions: replicated under TP alone,
+        split over the tp ranks with sequence parallelism."""
+        return self.T // self.tp if self.sp and self.tp > 1 else self.T
 
     @property
     def q(self) -> int:

@@ -176,6 +176,17 @@ class TrainingSetup:
         ge=0,
         le=3,
     )
+    tp: int = spec_field(
+        "Tensor-parallel ranks (Megatron column -> row layout; Shoeybi et al. 2019).",
+        default=1,
+        ge=1,
+        le=1024,
+    )
+    sp: bool = spec_field(
+        "Sequence parallelism over the tp ranks (Korthikanti et al. 2022): norms, dropout and "
+        "the residual stream split along the sequence. On whenever tp > 1 unless turned off.",
+        default=True,
+    )
 
     def __post_init__(self) -> None:
         check(self)

@@ -206,5 +206,7 @@ def self_attention(
         probs_to=q.dtype if impl.probs_to_query_dtype else p,
         softcap=spec.attention_softcap,
     )
-    out = linear(sc, names["o"], ATTN, merged, T, dims.q, h, p, bias=spec.out_bias)
+    out = linear(
+        sc, names["o"], ATTN, merged, T, dims.q, h, p, bias=spec.out_bias, out_tokens=dims.T_rep
+    )
     return out, core_inputs

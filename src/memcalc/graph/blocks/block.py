@@ -24,7 +24,7 @@ def decoder_block(
     attention: Attention,
 ) -> Block:
     """The block of one layer type: HF ``*DecoderLayer.forward``, op by op."""
-    T, h = dims.T, dims.h
+    T, h = dims.T_rep, dims.h  # the residual stream: split over tp ranks under SP
     names = impl.names
     x = tensor("block.in", T, h, dims.r)
 
@@ -39,7 +39,7 @@ def decoder_block(
             from memcalc.graph.blocks.moe import moe_mlp
 
             return moe_mlp(sc, spec, impl, dims, t)
-        return mlp(sc, spec, impl, dims, t, spec.mlp_size)
+        return mlp(sc, spec, impl, dims, t, dims.m)
 
     placement = spec.norm_placement
     if spec.parallel_residual:

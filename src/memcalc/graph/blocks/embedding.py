@@ -36,7 +36,7 @@ def embeddings(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims) -> 
             "aten.embedding: saves indices (position_ids of shape 1 x s)",
             weights=(ParamTensor(f"{names['embed_positions']}.weight", (rows, h), "embedding"),),
         )
-    x = tensor("embed.out", T, h, dims.r)
+    x = tensor("embed.out", dims.T_rep, h, dims.r)
     if spec.embedding_scale:
         sc.add(
             "embed_scale",
@@ -45,7 +45,7 @@ def embeddings(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims) -> 
             T * h,
             "aten.mul.Tensor(x, normalizer): saves the 0-d normalizer (Gemma)",
         )
-        x = tensor("embed.scaled", T, h, dims.r)
+        x = tensor("embed.scaled", dims.T_rep, h, dims.r)
     return dropout(sc, names["embed_dropout"], EMB, x, spec.embedding_dropout)
 
 

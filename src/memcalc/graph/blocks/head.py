@@ -20,9 +20,16 @@ def head_and_loss(
     soft-capping (Gemma 2: ``tanh(logits / cap) * cap`` saves the tanh result), then the loss.
     Returns the logits and the tensors that exist only around the loss."""
     T, h = dims.T, dims.h
-    last = Saved("final.in", T * h, dims.r)
+    last = Saved("final.in", dims.T_rep * h, dims.r)
     final = norm(
-        sc, impl.names["final_norm"], last, T, h, spec.norm, dims.stat_dtype, bias=spec.norm_bias
+        sc,
+        impl.names["final_norm"],
+        last,
+        dims.T_rep,
+        h,
+        spec.norm,
+        dims.stat_dtype,
+        bias=spec.norm_bias,
     )
     linear(
         sc,

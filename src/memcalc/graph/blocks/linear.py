@@ -30,6 +30,7 @@ def linear(
     *,
     bias: bool = False,
     owns_weight: bool = True,
+    out_tokens: int | None = None,
 ) -> Saved:
     """``aten.addmm`` / ``aten.mm`` (nn.Linear, HF Conv1D): saves the input (mat1) for the
     weight gradient; the weight (mat2) is a parameter and not an activation.
@@ -40,7 +41,11 @@ def linear(
     input and the weight are cast to 16 bits and both casts are saved: the weight's cast is an
     activation of n_in x n_out 16-bit elements, held until this op's backward.
     ``owns_weight`` is False for an LM head tied to the embedding (its weight is counted there).
+    ``out_tokens``: a row-parallel linear under sequence parallelism reduce-scatters its output
+    to ``T / tp`` tokens (Megatron ``RowParallelLinear``); a column-parallel one all-gathers its
+    input but saves the local shard (and gathers again in backward), so ``x`` is as saved.
     """
+    out_tokens = tokens if out_tokens is None else out_tokens
     if sc.fp8_linears:
         saved = [Saved(f"{x.name}.fp8", x.numel, DType.fp8)]
     else:
@@ -58,8 +63,8 @@ def linear(
         saved,
         matmul_flops(tokens, n_in, n_out),
         "aten.addmm/mm: saves mat1 (input) and mat2 (weight, a parameter)",
-        grads=tokens * (n_in + n_out) * out_dtype.itemsize,
+        grads=(tokens * n_in + out_tokens * n_out) * out_dtype.itemsize,
         params=n_in * n_out,
         weights=weights,
     )
-    return tensor(f"{name}.out", tokens, n_out, out_dtype)
+    return tensor(f"{name}.out", out_tokens, n_out, out_dtype)

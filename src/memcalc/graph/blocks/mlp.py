@@ -96,7 +96,9 @@ def mlp(
     if spec.mlp is Mlp.plain:
         up = linear(sc, name("up"), MLP, x, T, h, width, p, bias=spec.mlp_bias)
         act = activation(sc, name("act"), up, spec.activation, pow_in_fp32=dims.pow_in_fp32)
-        return linear(sc, name("down"), MLP, act, T, width, h, p, bias=spec.mlp_bias)
+        return linear(
+            sc, name("down"), MLP, act, T, width, h, p, bias=spec.mlp_bias, out_tokens=dims.T_rep
+        )
     if spec.fused_gate_up:
         # Phi-3 gate_up_proj: gate and up are the two halves (views) of one output storage
         both = linear(sc, name("gate_up"), MLP, x, T, h, 2 * width, p, bias=spec.mlp_bias)
@@ -115,4 +117,6 @@ def mlp(
         grads=3 * T * width * p.itemsize,
     )
     product = Saved(f"{prefix}.product", T * width, p)
-    return linear(sc, name("down"), MLP, product, T, width, h, p, bias=spec.mlp_bias)
+    return linear(
+        sc, name("down"), MLP, product, T, width, h, p, bias=spec.mlp_bias, out_tokens=dims.T_rep
+    )
