@@ -61,6 +61,13 @@ def _llama(
     )
 
 
+def _family_presets() -> tuple[ModelSpec, ...]:
+    """The presets defined by the family modules (``spec/families/*.py``: ``PRESETS``)."""
+    from memcalc.spec.families import family_modules
+
+    return tuple(spec for m in family_modules() for spec in getattr(m, "PRESETS", ()))
+
+
 PRESETS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
@@ -114,6 +121,7 @@ PRESETS: dict[str, ModelSpec] = {
             qkv_bias=True,
             max_positions=32768,
         ),
+        *_family_presets(),
     )
 }
 

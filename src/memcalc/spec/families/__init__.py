@@ -5,23 +5,29 @@ module with a ``FamilyDef`` per model_type, added to ``_MODULES``."""
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Mapping
 from functools import cache
+from types import ModuleType
 from typing import Any
 
 from memcalc.errors import MemcalcError
 from memcalc.spec.families.base import FamilyDef, Implementation
 from memcalc.spec.model import Family, ModelSpec
 
-_MODULES = ("gpt2", "llama")
-"""Modules of spec/families/ that define families (each exports ``FAMILIES``)."""
+
+@cache
+def family_modules() -> tuple[ModuleType, ...]:
+    """Every module of spec/families/ but ``base``: each exports ``FAMILIES`` (its
+    ``FamilyDef`` s) and may export ``PRESETS`` (its published models)."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "base")
+    return tuple(importlib.import_module(f"{__name__}.{n}") for n in names)
 
 
 @cache
 def _registry() -> dict[Family, FamilyDef]:
     out: dict[Family, FamilyDef] = {}
-    for name in _MODULES:
-        module = importlib.import_module(f"memcalc.spec.families.{name}")
+    for module in family_modules():
         for fam in module.FAMILIES:
             out[fam.family] = fam
     return out
