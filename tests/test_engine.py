@@ -17,6 +17,7 @@ from memcalc.graph.lower import lower
 from memcalc.params import count_params
 from memcalc.profiles import load_profile
 from memcalc.spec.model import ModelSpec
+from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute, Roles, budget, plan_for
@@ -55,8 +56,9 @@ def stacks(draw):
         seq=draw(st.sampled_from([16, 32])),
         attention=draw(st.sampled_from(["eager", "sdpa"])),
         precision=draw(st.sampled_from(["fp32", "bf16", "bf16-mixed"])),
-        gpus=draw(st.sampled_from([1, 4])),
-        zero=draw(st.sampled_from([0, 2, 3])),
+        parallel=Parallelism(
+            dp=draw(st.sampled_from([1, 4])), zero=draw(st.sampled_from([0, 2, 3]))
+        ),
     )
     base, kinds = _kinds(setup)
     head = draw(st.lists(st.integers(0, 2), max_size=3))

@@ -6,6 +6,7 @@ from memcalc.estimate import estimate
 from memcalc.params import count_params
 from memcalc.profiles import load_profile
 from memcalc.spec.presets import preset
+from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import TrainingSetup
 
 GPU = load_profile("h100-sxm-80gb")
@@ -21,7 +22,7 @@ def _ceil_div(a, b):
 @pytest.mark.parametrize("gpus", [2, 8, 64])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_model_states_per_gpu(gpus, stage):
-    b = estimate(SPEC, TrainingSetup(seq=2048, gpus=gpus, zero=stage), GPU)
+    b = estimate(SPEC, TrainingSetup(seq=2048, parallel=Parallelism(dp=gpus, zero=stage)), GPU)
     opt = 12 * P + STEP_TENSORS  # bf16-mixed AdamW: fp32 master + m + v
     assert b.optimizer_bytes == (_ceil_div(opt, gpus) if stage >= 1 else opt)
     assert b.gradient_bytes == (_ceil_div(4 * P, gpus) if stage >= 2 else 4 * P)
@@ -31,14 +32,14 @@ def test_model_states_per_gpu(gpus, stage):
 def test_zero2_matches_the_papers_2p_plus_16p_over_n():
     """ZeRO paper, Fig. 1 with fp32 main grads: 2P + (4 + 12)P / N_d per GPU."""
     n = 16
-    b = estimate(SPEC, TrainingSetup(seq=2048, gpus=n, zero=2), GPU)
+    b = estimate(SPEC, TrainingSetup(seq=2048, parallel=Parallelism(dp=n, zero=2)), GPU)
     states = b.parameter_bytes + b.gradient_bytes + b.optimizer_bytes
     assert states == pytest.approx(2 * P + 16 * P / n + STEP_TENSORS / n, rel=1e-6)
 
 
 def test_zero3_peak_includes_gathered_blocks_and_sharding_lowers_the_peak():
     plain = estimate(SPEC, TrainingSetup(seq=4096), GPU)
-    z3 = estimate(SPEC, TrainingSetup(seq=4096, gpus=8, zero=3), GPU)
+    z3 = estimate(SPEC, TrainingSetup(seq=4096, parallel=Parallelism(dp=8, zero=3)), GPU)
     assert z3.peak_bytes < plain.peak_bytes
     block_moment = z3.timeline.block(31)
     # Two blocks' full bf16 weights (current + prefetched) sit on top of the shard.
@@ -46,6 +47,6 @@ def test_zero3_peak_includes_gathered_blocks_and_sharding_lowers_the_peak():
 
 
 def test_zero_stage_with_one_gpu_says_it_has_no_effect():
-    b = estimate(SPEC, TrainingSetup(seq=2048, zero=3), GPU)
+    b = estimate(SPEC, TrainingSetup(seq=2048, parallel=Parallelism(zero=3)), GPU)
     assert b.parameter_bytes == 2 * P
     assert any("no effect" in a for a in b.assumptions)

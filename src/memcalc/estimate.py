@@ -201,7 +201,7 @@ def estimate_graph(
     if setup.optimizer_foreach and opt.step_temporary_bytes:
         assumptions.append("foreach optimizer step: temporaries the size of all parameters")
 
-    sharding = Sharding(setup.gpus, setup.zero)
+    sharding = Sharding(setup.parallel.shard_ranks, setup.parallel.zero)
     assumptions.append(sharding.describe())
     params_b = sharding.share(params_b, from_stage=3)
     grads_b = sharding.share(grads_b, from_stage=2)

@@ -86,7 +86,7 @@ def plan(
     options = candidate_options(spec.num_layers)
     for n in gpu_counts:
         for stage in (1, 2, 3) if n > 1 else (0,):  # ZeRO-0 on n GPUs = 1 GPU
-            sharded = setup.replace(gpus=n, zero=stage)
+            sharded = setup.replace(parallel=setup.parallel.replace(dp=n, zero=stage))
             best = cheapest_fit(estimate(spec, sharded, gpu, o) for o in options)
             evaluated += len(options)
             rows.append(PlanRow(n, stage, best))

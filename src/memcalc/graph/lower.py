@@ -33,10 +33,10 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
     """The sizes of one step of ``spec`` under ``setup``."""
     p = setup.activation_dtype
     r = DType.fp32 if setup.precision.is_amp else p
-    t = setup.tp
+    t = setup.parallel.tp
     return Dims(
         b=setup.batch,
-        s=setup.seq,
+        s=setup.seq // setup.parallel.cp,
         h=spec.hidden_size,
         a=_split(spec.num_heads, t, "num_heads"),
         d=spec.head_size,
@@ -50,7 +50,7 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         stat_dtype=DType.fp32 if (device == "cuda" or r is DType.fp32) else r,
         pow_in_fp32=setup.precision.is_amp and device == "cuda",
         tp=t,
-        sp=setup.sp,
+        sp=setup.parallel.sequence_parallel,
     )
 
 
@@ -114,7 +114,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         extra = tuple(
             Saved(
                 "eager_sliding_mask" if sliding else "eager_causal_mask",
-                setup.batch * setup.seq * setup.seq,
+                dims.b * dims.s * dims.s,
                 dims.r,
             )
             for sliding in sorted(spans)
@@ -122,7 +122,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     if impl.checkpoint_keeps_position_ids:
         # HF passes position_ids (1 x s, int64) to every layer by keyword; no op saves them
         # (RoPE runs under no_grad), so a checkpoint's closure is what keeps them.
-        extra += (Saved("position_ids", setup.seq, DType.int64),)
+        extra += (Saved("position_ids", dims.s, DType.int64),)
 
     epi = _scope(setup)
     logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)

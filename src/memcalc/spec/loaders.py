@@ -5,6 +5,7 @@ Errors are MemcalcError with one line naming the file, the field and what is all
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from memcalc.errors import MemcalcError
 from memcalc.spec.families import spec_from_hf_config
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.presets import PRESETS, preset
+from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import TrainingSetup
 from memcalc.validate import FieldError, parse
 
@@ -54,10 +56,18 @@ FLAGS = {"optimizer_foreach": "--foreach/--no-foreach"}
 """TrainingSetup fields whose command-line flag is not ``--`` + the field name."""
 
 
+PARALLEL_FIELDS = frozenset(f.name for f in dataclasses.fields(Parallelism))
+
+
 def training_setup(**fields: Any) -> TrainingSetup:
-    """A TrainingSetup from command-line values; a bad value names its flag."""
+    """A TrainingSetup from command-line values (the parallel layout's fields flat beside the
+    others; ``gpus`` is ``dp``); a bad value names its flag."""
+    if "gpus" in fields:
+        fields["dp"] = fields.pop("gpus")
+    layout = {k: fields.pop(k) for k in list(fields) if k in PARALLEL_FIELDS}
     try:
-        return parse(TrainingSetup, fields)
+        return parse(TrainingSetup, {**fields, "parallel": layout})
     except FieldError as e:
-        flag = FLAGS.get(e.field, "--" + e.field.replace("_", "-"))
+        name = e.field.removeprefix("parallel.")
+        flag = FLAGS.get(name, "--" + name.replace("_", "-"))
         raise FieldError(flag, e.problem) from None

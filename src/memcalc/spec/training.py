@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from memcalc.spec.parallel import SINGLE_GPU, Parallelism
 from memcalc.validate import FieldError, check, replace, spec_field
 
 
@@ -166,32 +167,25 @@ class TrainingSetup:
     dropout: float | None = spec_field(
         "Override every dropout rate of the model.", default=None, ge=0.0, lt=1.0
     )
-    gpus: int = spec_field(
-        "Data-parallel ranks that share ZeRO/FSDP shards.", default=1, ge=1, le=10**7
-    )
-    zero: int = spec_field(
-        "ZeRO stage (Rajbhandari et al. 2020): 1 shards optimizer states, 2 also gradients, "
-        "3 also parameters (FSDP full sharding).",
-        default=0,
-        ge=0,
-        le=3,
-    )
-    tp: int = spec_field(
-        "Tensor-parallel ranks (Megatron column -> row layout; Shoeybi et al. 2019).",
-        default=1,
-        ge=1,
-        le=1024,
-    )
-    sp: bool = spec_field(
-        "Sequence parallelism over the tp ranks (Korthikanti et al. 2022): norms, dropout and "
-        "the residual stream split along the sequence. On whenever tp > 1 unless turned off.",
-        default=True,
+    parallel: Parallelism = spec_field(
+        "How the step is split over GPUs (dp, tp, pp, cp, ep, ZeRO, micro-batches).",
+        default=SINGLE_GPU,
     )
 
     def __post_init__(self) -> None:
         check(self)
 
     def _check(self) -> None:
+        if self.seq % self.parallel.cp:
+            raise FieldError(
+                "seq",
+                f"context parallelism splits the sequence: cp ({self.parallel.cp}) "
+                f"must divide seq ({self.seq})",
+            )
+        if self.parallel.cp > 1 and self.attention is Attention.eager:
+            raise FieldError(
+                "attention", "context parallelism runs a fused kernel (ring attention): use sdpa"
+            )
         if self.batch * self.seq > MAX_TOKENS:
             raise FieldError(
                 "seq", f"batch x seq = {self.batch * self.seq:,} tokens is over {MAX_TOKENS:,}"
@@ -210,7 +204,8 @@ class TrainingSetup:
 
     @property
     def tokens(self) -> int:
-        return self.batch * self.seq
+        """Tokens of one micro-batch on one rank (its share of the sequence under cp)."""
+        return self.batch * self.seq // self.parallel.cp
 
     @property
     def weight_dtype(self) -> DType:

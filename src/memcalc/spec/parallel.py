@@ -1,0 +1,155 @@
+"""Parallelism: how one training step is split over GPUs -- the 5-D layout of Megatron-LM,
+torchtitan and DeepSpeed (data, tensor/sequence, pipeline, context and expert parallelism),
+ZeRO / FSDP sharding and gradient accumulation.
+
+World size = dp x tp x pp x cp. Expert parallelism splits the experts over ep ranks inside the
+dp x tp ranks of a stage (Megatron's MoE parallel folding), so it does not add to the world.
+Rank order (innermost first): tp, cp, dp, pp -- tp and cp groups sit inside a node when they
+fit, as Megatron places them (``parallel_state.initialize_model_parallel``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memcalc.validate import FieldError, check, replace, spec_field
+
+MAX_RANKS = 10**7
+"""Most GPUs a layout may have (beyond any cluster)."""
+DDP_BUCKET_BYTES = 25 * 2**20
+"""torch DistributedDataParallel's default ``bucket_cap_mb`` (25 MiB)."""
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """The parallel layout of one training step, from one GPU rank's point of view.
+
+    >>> Parallelism(dp=2, tp=8, pp=4).world_size
+    64
+    """
+
+    dp: int = spec_field(
+        "Data-parallel ranks (replicas, or ZeRO/FSDP shards).", default=1, ge=1, le=MAX_RANKS
+    )
+    tp: int = spec_field(
+        "Tensor-parallel ranks (Megatron column -> row layout; Shoeybi et al. 2019).",
+        default=1,
+        ge=1,
+        le=1024,
+    )
+    pp: int = spec_field("Pipeline stages (1F1B schedule).", default=1, ge=1, le=10**4)
+    cp: int = spec_field(
+        "Context-parallel ranks: each holds seq / cp tokens (ring attention).",
+        default=1,
+        ge=1,
+        le=10**4,
+    )
+    ep: int = spec_field(
+        "Expert-parallel ranks (MoE): experts split over ep ranks inside dp x tp.",
+        default=1,
+        ge=1,
+        le=10**5,
+    )
+    sp: bool = spec_field(
+        "Sequence parallelism over the tp ranks (Korthikanti et al. 2022): norms, dropout and "
+        "the residual stream split along the sequence. On whenever tp > 1 unless turned off.",
+        default=True,
+    )
+    vpp: int = spec_field(
+        "Virtual pipeline stages per rank (interleaved 1F1B, Narayanan et al. 2021).",
+        default=1,
+        ge=1,
+        le=1024,
+    )
+    microbatches: int = spec_field(
+        "Micro-batches per step and rank (gradient accumulation; the pipeline's m).",
+        default=1,
+        ge=1,
+        le=10**6,
+    )
+    zero: int = spec_field(
+        "ZeRO stage (Rajbhandari et al. 2020): 1 shards optimizer states, 2 also gradients, "
+        "3 also parameters (FSDP full sharding).",
+        default=0,
+        ge=0,
+        le=3,
+    )
+    fsdp_reshard: bool = spec_field(
+        "ZeRO-3 / FSDP2 ``reshard_after_forward``: free a block's gathered weights after its "
+        "forward (gather again in backward); False keeps them gathered until its backward.",
+        default=True,
+    )
+    shard_size: int | None = spec_field(
+        "HSDP: shard within groups of this many dp ranks, replicate across them.",
+        default=None,
+        ge=1,
+        le=MAX_RANKS,
+    )
+    bucket_view: bool = spec_field(
+        "DDP ``gradient_as_bucket_view``: gradients are views into the all-reduce buckets "
+        "(False, the torch default, keeps a bucket copy of every gradient).",
+        default=False,
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
+
+    def _check(self) -> None:
+        if self.vpp > 1 and self.pp == 1:
+            raise FieldError("vpp", "interleaving needs pipeline parallelism (pp > 1)")
+        if self.pp > 1 and self.microbatches < self.pp:
+            raise FieldError(
+                "microbatches",
+                f"the 1F1B schedule needs at least pp ({self.pp}) micro-batches, "
+                f"got {self.microbatches}",
+            )
+        if self.shard_size is not None and (self.shard_size > self.dp or self.dp % self.shard_size):
+            raise FieldError("shard_size", f"must divide dp ({self.dp}), got {self.shard_size}")
+        if self.shard_size is not None and self.zero < 3:
+            raise FieldError("shard_size", "HSDP shards parameters: it needs --zero 3")
+        if (self.dp * self.tp) % self.ep:
+            raise FieldError(
+                "ep",
+                f"expert parallelism runs inside dp x tp ({self.dp * self.tp} ranks); "
+                f"ep ({self.ep}) must divide it",
+            )
+
+    def replace(self, **changes: object) -> Parallelism:
+        return replace(self, **changes)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def sequence_parallel(self) -> bool:
+        """SP is on (it only exists with tp > 1)."""
+        return self.sp and self.tp > 1
+
+    @property
+    def shard_ranks(self) -> int:
+        """Ranks one ZeRO / FSDP shard group spans (HSDP: shard_size, else dp)."""
+        return self.shard_size or self.dp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks that hold the same experts and share their optimizer states: dp x tp / ep
+        (Megatron ``theoretical_memory_usage``: expert data parallel = world / (etp ep pp))."""
+        return self.dp * self.tp // self.ep
+
+    def describe(self) -> str:
+        parts = [f"{self.world_size} GPUs: dp {self.dp}"]
+        for name in ("tp", "pp", "cp", "ep"):
+            value = getattr(self, name)
+            if value > 1:
+                parts.append(f"{name} {value}")
+        if self.sequence_parallel:
+            parts.append("sequence parallel")
+        if self.vpp > 1:
+            parts.append(f"{self.vpp} virtual stages")
+        if self.microbatches > 1:
+            parts.append(f"{self.microbatches} micro-batches")
+        return ", ".join(parts)
+
+
+SINGLE_GPU = Parallelism()
