@@ -5,8 +5,8 @@ import pytest
 from memcalc.estimate import estimate
 from memcalc.params import count_params
 from memcalc.profiles import load_profile
-from memcalc.spec.presets import preset
 from memcalc.spec.parallel import Parallelism
+from memcalc.spec.presets import preset
 from memcalc.spec.training import TrainingSetup
 
 GPU = load_profile("h100-sxm-80gb")

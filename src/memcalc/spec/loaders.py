@@ -14,8 +14,8 @@ from typing import Any
 from memcalc.errors import MemcalcError
 from memcalc.spec.families import spec_from_hf_config
 from memcalc.spec.model import ModelSpec
-from memcalc.spec.presets import PRESETS, preset
 from memcalc.spec.parallel import Parallelism
+from memcalc.spec.presets import PRESETS, preset
 from memcalc.spec.training import TrainingSetup
 from memcalc.validate import FieldError, parse
 
