@@ -6,7 +6,7 @@ between phases; the peak comes from a step timeline (``timeline.py``), not a sum
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from memcalc.graph.lower import lower
 from memcalc.graph.ops import Component, OpGraph
@@ -15,7 +15,10 @@ from memcalc.params import ParamCounts, graph_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
+from memcalc.steptime import StepTime, step_time
+from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
 from memcalc.strategies.offload import DEFAULT_NVME_BYTES_PER_S, Offload, OffloadWhat, Traffic
+from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
 from memcalc.strategies.recompute import ActivationPlan, Recompute, plan_for
 from memcalc.strategies.sharding import Sharding
 from memcalc.timeline import Moment, Timeline, step_timeline
@@ -84,6 +87,16 @@ class Breakdown:
     activation_plan: ActivationPlan
     optimizer_detail: OptimizerBytes
     assumptions: tuple[str, ...] = field(default=())
+    buffer_bytes: int = 0
+    """Communication buffers on the GPU throughout (DDP's gradient buckets)."""
+    stage: str = ""
+    """The pipeline stage this breakdown is of ("" without pipeline parallelism)."""
+    stages: tuple[Breakdown, ...] = ()
+    """Every pipeline stage's breakdown (this one is the most loaded)."""
+    transfers: tuple[Transfer, ...] = ()
+    """The step's collectives on this rank."""
+    time: StepTime | None = None
+    """The step's time, by part (the model ``plan`` ranks by)."""
 
     @property
     def peak_bytes(self) -> int:
@@ -141,7 +154,8 @@ def estimate(
     *,
     graph: OpGraph | None = None,
 ) -> Breakdown:
-    """The Breakdown of one training step of a ModelSpec (lowered to its op graph).
+    """The Breakdown of one training step of a ModelSpec (lowered to its op graph), for the
+    most loaded GPU rank; with pipeline parallelism ``stages`` holds every stage's.
 
     GPT-2 small, fp32 AdamW, no recompute: 4 + 4 + 8 bytes per parameter.
 
@@ -157,8 +171,36 @@ def estimate(
     graph = graph or lower(spec, setup)
     tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
     vocab = graph.logits.numel // setup.tokens if graph.logits else spec.vocab_size
-    counts = graph_param_counts(graph, lm_head_numel=vocab * spec.hidden_size)
-    return estimate_graph(spec.name, graph, counts, setup, gpu, options, notes=(tied,))
+    par = setup.parallel
+    stages = pipeline_stages(graph, par, tied=spec.tie_embeddings)
+    notes: tuple[str, ...] = (tied,)
+    if par.pp > 1:
+        split = ", ".join(str(st.layers) for st in stages)
+        notes += (
+            f"pipeline: {par.pp} stages holding {split} layers (the first L mod p stages one "
+            "more); embedding on the first stage, head and loss on the last"
+            + (
+                "; the last stage keeps its own copy of the tied embedding"
+                if spec.tie_embeddings
+                else ""
+            ),
+        )
+    done: dict[tuple[object, ...], Breakdown] = {}
+    results = []
+    for st in stages:
+        key = (st.graph.layout, st.is_first, st.is_last, st.in_flight, st.in_flight_later)
+        if key not in done:
+            counts = graph_param_counts(
+                st.graph, lm_head_numel=vocab * spec.hidden_size if st.is_last else 0
+            )
+            done[key] = estimate_graph(
+                spec.name, st.graph, counts, setup, gpu, options, notes=notes, stage=st
+            )
+        results.append(done[key])
+    worst = max(results, key=lambda b: b.peak_bytes)
+    if par.pp == 1:
+        return worst
+    return replace(worst, stages=tuple(results))
 
 
 def estimate_graph(
@@ -170,9 +212,15 @@ def estimate_graph(
     options: Options = Options(),
     *,
     notes: tuple[str, ...] = (),
+    stage: Stage | None = None,
 ) -> Breakdown:
     """The Breakdown of one training step of any op graph (lowered or traced) with its
-    parameter tensors' counts."""
+    parameter tensors' counts, on one rank of ``stage`` (the whole model without pipeline
+    parallelism)."""
+    par = setup.parallel
+    if stage is None:
+        k, later = in_flight(0, par)
+        stage = Stage(0, 0, graph, k, later, True, True)
     opt = optimizer_bytes(setup, counts)
     plan = plan_for(
         graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
@@ -201,14 +249,19 @@ def estimate_graph(
     if setup.optimizer_foreach and opt.step_temporary_bytes:
         assumptions.append("foreach optimizer step: temporaries the size of all parameters")
 
-    sharding = Sharding(setup.parallel.shard_ranks, setup.parallel.zero)
+    sharding = Sharding(par.shard_ranks, par.zero)
     assumptions.append(sharding.describe())
+    if par.world_size > par.dp:
+        assumptions.append(f"layout: {par.describe()}")
     params_b = sharding.share(params_b, from_stage=3)
     grads_b = sharding.share(grads_b, from_stage=2)
     opt_b = sharding.share(opt_b, from_stage=1)
     traffic = Traffic()
     gpu_params, gpu_grads, gpu_opt, gpu_acts = params_b, grads_b, opt_b, plan.stored_bytes
     step_temp = sharding.share(opt.step_temporary_bytes, from_stage=1)
+    # seconds of host/NVMe traffic that overlap the backward / that are exposed
+    overlapped = exposed = cpu_step = 0.0
+    link = gpu.host_link_bytes_per_s
     if OffloadWhat.params in offloaded and OffloadWhat.optimizer not in offloaded:
         offloaded[OffloadWhat.optimizer] = Offload.parse("optimizer=cpu")
         assumptions.append("params=cpu implies optimizer=cpu (ZeRO-3 offload requires it)")
@@ -224,8 +277,15 @@ def estimate_graph(
                 host_link_bytes=moved,
                 nvme_link_bytes=2 * opt_b,
             )
+            exposed += 2 * opt_b / options.nvme_bytes_per_s
+        overlapped += grads_b / link
+        exposed += params_b / link
+        cpu_step = sharding.share(counts.total, from_stage=1) / gpu.cpu_adam_params_per_s
         gpu_opt, step_temp = 0, 0
-        assumptions.append(f"optimizer step on the CPU ({where}); CPU Adam time not included")
+        assumptions.append(
+            f"optimizer step on the CPU ({where}) at {gpu.cpu_adam_params_per_s:.3g} "
+            "parameters/s (profile); gradients go down during backward, weights come back after"
+        )
     if OffloadWhat.params in offloaded:
         resident = max(2 * counts.per_block, counts.embedding, counts.head)
         gpu_params = resident * setup.weight_dtype.itemsize
@@ -236,6 +296,7 @@ def estimate_graph(
             host_link_bytes=traffic.host_link_bytes + 2 * params_b,
             nvme_link_bytes=traffic.nvme_link_bytes,
         )
+        overlapped += 2 * params_b / link
         assumptions.append(
             "params=cpu: two blocks' weights resident (current + prefetch), "
             "weights streamed up in forward and again in backward"
@@ -249,11 +310,23 @@ def estimate_graph(
             host_link_bytes=traffic.host_link_bytes + moved,
             nvme_link_bytes=traffic.nvme_link_bytes,
         )
+        overlapped += moved / link
         assumptions.append(
             "activations=cpu: saved tensors of the blocks go to pinned host "
             "memory (save_on_cpu); one block's come back at a time"
         )
 
+    buffers = 0
+    if par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed and not par.bucket_view:
+        buffers = counts.total * setup.gradient_dtype.itemsize
+        assumptions.append(
+            "DDP: gradient buckets hold a copy of every gradient (gradient_as_bucket_view=False, "
+            "the torch default; --bucket-view removes it)"
+        )
+    if par.microbatches > 1:
+        assumptions.append(
+            f"{par.microbatches} micro-batches per step: gradients accumulate across them"
+        )
     timeline = step_timeline(
         graph,
         plan,
@@ -267,6 +340,12 @@ def estimate_graph(
         grads_resident=OffloadWhat.params not in offloaded,
         activations_offloaded=OffloadWhat.activations in offloaded,
         sharding=sharding,
+        others_first=(stage.in_flight - 1) * gpu_acts,
+        others_later=(
+            max(stage.in_flight_later - 1, 0) * gpu_acts if par.microbatches > 1 else None
+        ),
+        buffer_bytes=buffers,
+        reshard=par.fsdp_reshard,
     )
     peak = timeline.peak
     flops_per_s = gpu.matmul_flops_per_s(setup.activation_dtype) * options.mfu
@@ -274,6 +353,19 @@ def estimate_graph(
     comp = {c.value: plan.stored_by_component.get(c, 0) for c in Component}
     if gpu_acts != plan.stored_bytes:
         comp = {k: 0 for k in comp} | {"output": gpu_acts}
+    transfers = tuple(step_transfers(par, _step_shape(graph, counts, setup, plan), _links(gpu)))
+    time = step_time(
+        micro_batch_compute_seconds=3 * graph.forward_flops / flops_per_s,
+        micro_batch_recompute_seconds=plan.extra_forward_flops / flops_per_s,
+        microbatches=par.microbatches,
+        pp=par.pp,
+        vpp=par.vpp,
+        transfers=transfers,
+        offload_overlapped_seconds=overlapped,
+        offload_exposed_seconds=exposed,
+        backward_window_seconds=par.microbatches * 2 * graph.forward_flops / flops_per_s,
+        cpu_optimizer_seconds=cpu_step,
+    )
     return Breakdown(
         model_name=model_name,
         setup=setup,
@@ -284,8 +376,8 @@ def estimate_graph(
         parameter_bytes=gpu_params,
         gradient_bytes=gpu_grads,
         optimizer_bytes=gpu_opt,
-        activation_bytes=gpu_acts,
-        activation_by_component=comp,
+        activation_bytes=gpu_acts * stage.in_flight,
+        activation_by_component={k: v * stage.in_flight for k, v in comp.items()},
         overhead_bytes=gpu.runtime_overhead_bytes,
         peak=peak,
         timeline=timeline,
@@ -299,6 +391,45 @@ def estimate_graph(
         activation_plan=plan,
         optimizer_detail=opt,
         assumptions=tuple(assumptions),
+        buffer_bytes=buffers,
+        stage=stage.label if par.pp > 1 else "",
+        transfers=transfers,
+        time=time,
+    )
+
+
+def _step_shape(
+    graph: OpGraph, counts: ParamCounts, setup: TrainingSetup, plan: ActivationPlan
+) -> StepShape:
+    """What the rank's collectives depend on."""
+    kinds = graph.kinds
+    attn = next((b for b in kinds), None)
+    kv_width = 0
+    if attn is not None:
+        kv_width = max((s.numel for s in attn.core_inputs[1:2]), default=0) // max(1, setup.tokens)
+    forwards = plan.extra_forward_flops / max(1, graph.over_layers(lambda b: b.flops))
+    return StepShape(
+        tokens=setup.tokens,
+        hidden=graph.block(0).input.numel // max(1, setup.tokens) if graph.num_layers else 0,
+        kv_width=kv_width,
+        dtype_bytes=setup.activation_dtype.itemsize,
+        grad_bytes_per_param=setup.gradient_dtype.itemsize,
+        weight_bytes_per_param=setup.weight_dtype.itemsize,
+        layers=graph.num_layers,
+        moe_layers=0,
+        top_k=1,
+        stage_params=counts.total,
+        recompute_forwards=forwards,
+    )
+
+
+def _links(gpu: GpuProfile) -> Links:
+    return Links(
+        gpu.gpus_per_node,
+        gpu.intra_node_bytes_per_s,
+        gpu.inter_node_bytes_per_s,
+        gpu.intra_node_link,
+        gpu.inter_node_link,
     )
 
 

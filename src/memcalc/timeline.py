@@ -75,37 +75,51 @@ class _Walk:
 
 
 @dataclass(frozen=True)
+class Pass:
+    """The backward of one micro-batch: the loss, then each layer's backward (computed on
+    request), then the embedding."""
+
+    label: str
+    head: tuple[Moment, ...]
+    tail: tuple[Moment, ...]
+    block: Callable[[int], Moment]
+
+
+@dataclass(frozen=True)
 class Timeline:
     """The moments of one step. The blocks' backward moments are not listed: ``block(i)``
     computes layer ``i``'s in closed form, and ``peak`` was found among a few candidate layers
-    that provably contain the largest (``ActivationPlan.stack.families``)."""
+    that provably contain the largest (``ActivationPlan.stack.families``). With gradient
+    accumulation a second pass stands for every later micro-batch (gradients already there)."""
 
-    head: tuple[Moment, ...]
-    """Moments before the blocks' backward (the loss)."""
-    tail: tuple[Moment, ...]
-    """Moments after it (the embedding's gradient, the optimizer step)."""
+    passes: tuple[Pass, ...]
+    step: Moment
+    """The optimizer step."""
     num_layers: int
     peak: Moment
-    _block: Callable[[int], Moment]
 
     def block(self, i: int) -> Moment:
-        """The worst moment of layer ``i``'s backward."""
-        return self._block(i)
+        """The worst moment of layer ``i``'s backward (first micro-batch)."""
+        return self.passes[0].block(i)
 
     def moments(self) -> tuple[Moment, ...]:
         """Every moment in step order, one per block (O(layers): for output)."""
-        blocks = tuple(self._block(i) for i in range(self.num_layers - 1, -1, -1))
-        return self.head + blocks + self.tail
+        out: list[Moment] = []
+        for p in self.passes:
+            out += [*p.head, *(p.block(i) for i in range(self.num_layers - 1, -1, -1)), *p.tail]
+        return (*out, self.step)
 
     def summary(self) -> tuple[Moment, ...]:
         """The moments without the middle blocks: the first and last block's backward and the
         peak are kept."""
         n = self.num_layers
-        layers = {n - 1, 0} if n else set()
-        if self.peak.layer is not None:
-            layers.add(self.peak.layer)
-        blocks = tuple(self._block(i) for i in sorted(layers, reverse=True))
-        return self.head + blocks + self.tail
+        out: list[Moment] = []
+        for p in self.passes:
+            layers = {n - 1, 0} if n else set()
+            if self.peak.layer is not None and self.peak.where.startswith(p.label):
+                layers.add(self.peak.layer)
+            out += [*p.head, *(p.block(i) for i in sorted(layers, reverse=True)), *p.tail]
+        return (*out, self.step)
 
 
 def step_timeline(
@@ -122,6 +136,10 @@ def step_timeline(
     grads_resident: bool = True,
     activations_offloaded: bool = False,
     sharding: Sharding = NO_SHARDING,
+    others_first: int = 0,
+    others_later: int | None = None,
+    buffer_bytes: int = 0,
+    reshard: bool = True,
 ) -> Timeline:
     """Moments of one step (after ``zero_grad(set_to_none=True)``: no gradients at the start).
 
@@ -135,12 +153,18 @@ def step_timeline(
     (kept from forward, or rebuilt by recompute) and are freed as their ops' backward runs;
     each op's backward holds its output gradient and its input gradients (``Op.grad_bytes``),
     and the residual stream's gradient (T*h) is alive throughout.
+    Micro-batches: ``others_first`` bytes of other micro-batches' activations are held during
+    the first micro-batch's backward (pipeline 1F1B); with gradient accumulation, a later
+    micro-batch's backward (``others_later`` held) runs with every gradient already written.
+    ``buffer_bytes`` (DDP's gradient buckets) are on the GPU throughout; ``reshard`` False
+    (FSDP ``reshard_after_forward=False``) keeps every layer's gathered weights from its
+    forward until its backward.
     """
     T = setup.tokens
     V = graph.logits.numel // T if graph.logits else 0
     p = setup.activation_dtype
     g = setup.gradient_dtype.itemsize
-    P, OPT = params_bytes, optimizer_bytes
+    P, OPT = params_bytes + buffer_bytes, optimizer_bytes
     outside = graph.prologue_saved_bytes
     n = graph.num_layers
     layout = graph.layout
@@ -151,6 +175,7 @@ def step_timeline(
     block_grads = tuple(b.param_numel * g for b in graph.kinds)
     all_block_grads = layout.total(block_grads)
     full_grads = counts.total * g
+    block_params = tuple(b.param_numel for b in graph.kinds)
 
     w = setup.weight_dtype.itemsize
 
@@ -167,81 +192,116 @@ def step_timeline(
         """ZeRO-3 / FSDP: full weights all-gathered for the part that runs now."""
         return numel * w if sharding.shards_parameters else 0
 
-    acts = stored_activation_bytes
-    head: list[Moment] = []
     # torch.autocast caches the 16-bit weight casts until the autocast region ends (after the
     # loss): for recomputed blocks nothing else holds them, so they peak with the loss.
     weight_cache = sum(
         c * blk.weight_cast_bytes
         for blk, c in zip(graph.kinds, plan.fully_recomputed, strict=False)
     )
-    if setup.loss is Loss.standard and graph.logits is not None:
-        logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0) + weight_cache
-        head_p = P + gathered(counts.lm_head_numel)
-        head.append(Moment("forward", "loss: log_softmax", head_p, 0, OPT, acts, logits))
-        head.append(
-            Moment(
-                "backward", "loss: _log_softmax_backward_data", head_p, 0, OPT, acts, 2 * T * V * 4
-            )
-        )
     residual_grad = graph.block(0).input.nbytes if n else 0
     walks = tuple(_Walk.of(b) for b in graph.kinds)
     epilogue = graph.epilogue_saved_bytes
-
-    def before(i: int) -> int:
-        """Gradient bytes written before layer ``i``'s backward: the head's and the later
-        layers'."""
-        return head_grads + all_block_grads - layout.prefix_sum(block_grads, i + 1)
-
-    def below(i: int) -> int:
-        if activations_offloaded:
-            return outside + (epilogue if i == n - 1 else 0)
-        return outside + plan.held_below(i)
-
-    def block_moment(i: int) -> Moment:
-        kind = layout.kind_at(i)
-        previous = layout.kind_at(i - 1) if i else kind  # prefetched by FSDP
-        pbg, done = block_grads[kind], before(i)
-        best = (0, "", 0, 0)
-        for held, name, grad_bytes, written in walks[kind].steps:
-            gr = grads(done + min(written * g, pbg), pbg)
-            if held + grad_bytes + gr > best[0] + best[2] + best[3]:
-                best = (held, name, grad_bytes, gr)
-        held, name, transient, on_gpu = best
-        numel = graph.kinds[kind].param_numel + graph.kinds[previous].param_numel
-        return Moment(
-            "backward",
-            f"block {i}: {name}",
-            P + gathered(numel),  # this block and the prefetched next
-            on_gpu,
-            OPT,
-            below(i) + held,
-            transient + residual_grad,
-            layer=i,
-        )
-
-    tied_transient = 2 * counts.lm_head_numel * g if counts.head == 0 else 0
-    tail = (
-        Moment(
-            "backward",
-            "embedding" + (" (tied weight add)" if tied_transient else ""),
-            P + gathered(counts.embedding),
-            grads(full_grads, block_grads[layout.kind_at(0)] if n else 0),
-            OPT,
-            outside,
-            tied_transient,
-        ),
-        Moment("optimizer step", "step()", P, grads(full_grads, 0), OPT, 0, step_temporary_bytes),
+    has_loss = setup.loss is Loss.standard and graph.logits is not None
+    # without resharding, the layers not yet through their backward stay gathered
+    unsharded_below = (
+        (lambda i: layout.prefix_sum(block_params, i)) if not reshard else (lambda i: 0)
     )
-    candidates = _candidate_layers(
-        plan, layout, walks, block_grads, g, before, None if grads_resident else grads_bytes
-    )
+
+    def make_pass(label: str, others: int, accumulated: bool) -> tuple[Pass, set[int]]:
+        acts = stored_activation_bytes + others
+        head: list[Moment] = []
+        loss_grads = grads(full_grads, 0) if accumulated else 0
+        if has_loss:
+            logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0) + weight_cache  # type: ignore[union-attr]
+            head_p = P + gathered(counts.lm_head_numel + unsharded_below(n))
+            head.append(
+                Moment(
+                    "forward", f"{label}loss: log_softmax", head_p, loss_grads, OPT, acts, logits
+                )
+            )
+            head.append(
+                Moment(
+                    "backward",
+                    f"{label}loss: _log_softmax_backward_data",
+                    head_p,
+                    loss_grads,
+                    OPT,
+                    acts,
+                    2 * T * V * 4,
+                )
+            )
+
+        def before(i: int) -> int:
+            """Gradient bytes written before layer ``i``'s backward: all of them after an
+            earlier micro-batch, else the head's and the later layers'."""
+            if accumulated:
+                return full_grads
+            return head_grads + all_block_grads - layout.prefix_sum(block_grads, i + 1)
+
+        def below(i: int) -> int:
+            if activations_offloaded:
+                return outside + (epilogue if i == n - 1 else 0) + others
+            return outside + plan.held_below(i) + others
+
+        def block_moment(i: int) -> Moment:
+            kind = layout.kind_at(i)
+            previous = layout.kind_at(i - 1) if i else kind  # prefetched by FSDP
+            pbg, done = block_grads[kind], before(i)
+            best = (0, "", 0, 0)
+            for held, name, grad_bytes, written in walks[kind].steps:
+                value = done if accumulated else done + min(written * g, pbg)
+                gr = grads(value, pbg)
+                if held + grad_bytes + gr > best[0] + best[2] + best[3]:
+                    best = (held, name, grad_bytes, gr)
+            held, name, transient, on_gpu = best
+            numel = graph.kinds[kind].param_numel + graph.kinds[previous].param_numel
+            if not reshard:
+                numel = unsharded_below(i + 1) + (block_params[kind] if i else 0)
+            return Moment(
+                "backward",
+                f"{label}block {i}: {name}",
+                P + gathered(numel),  # this block and the prefetched next
+                on_gpu,
+                OPT,
+                below(i) + held,
+                transient + residual_grad,
+                layer=i,
+            )
+
+        tail: tuple[Moment, ...] = ()
+        if graph.prologue:
+            tied_transient = 2 * counts.lm_head_numel * g if counts.head == 0 else 0
+            tail = (
+                Moment(
+                    "backward",
+                    f"{label}embedding" + (" (tied weight add)" if tied_transient else ""),
+                    P + gathered(counts.embedding),
+                    grads(full_grads, block_grads[layout.kind_at(0)] if n else 0),
+                    OPT,
+                    outside + others,
+                    tied_transient,
+                ),
+            )
+        cap = None if grads_resident else grads_bytes
+        candidates = _candidate_layers(plan, layout, walks, block_grads, g, before, cap)
+        return Pass(label, tuple(head), tail, block_moment), candidates
+
+    passes: list[tuple[Pass, set[int]]] = [make_pass("", others_first, False)]
+    if others_later is not None:
+        passes.append(make_pass("micro-batch 2+: ", others_later, True))
+    step = Moment("optimizer step", "step()", P, grads(full_grads, 0), OPT, 0, step_temporary_bytes)
     peak: Moment | None = None
-    for m in (*head, *(block_moment(i) for i in sorted(candidates, reverse=True)), *tail):
-        if peak is None or m.total_bytes > peak.total_bytes:
-            peak = m
-    assert peak is not None
-    return Timeline(tuple(head), tail, n, peak, block_moment)
+    for pss, candidates in passes:
+        for m in (
+            *pss.head,
+            *(pss.block(i) for i in sorted(candidates, reverse=True)),
+            *pss.tail,
+        ):
+            if peak is None or m.total_bytes > peak.total_bytes:
+                peak = m
+    if peak is None or step.total_bytes > peak.total_bytes:
+        peak = step
+    return Timeline(tuple(pss for pss, _ in passes), step, n, peak)
 
 
 def _candidate_layers(
