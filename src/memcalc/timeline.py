@@ -202,10 +202,11 @@ def step_timeline(
     walks = tuple(_Walk.of(b) for b in graph.kinds)
     epilogue = graph.epilogue_saved_bytes
     has_loss = setup.loss is Loss.standard and graph.logits is not None
+
     # without resharding, the layers not yet through their backward stay gathered
-    unsharded_below = (
-        (lambda i: layout.prefix_sum(block_params, i)) if not reshard else (lambda i: 0)
-    )
+    def unsharded_below(i: int) -> int:
+        """Parameters of layers 0..i-1, still gathered without resharding (else none)."""
+        return 0 if reshard else layout.prefix_sum(block_params, i)
 
     def make_pass(label: str, others: int, accumulated: bool) -> tuple[Pass, set[int]]:
         acts = stored_activation_bytes + others

@@ -144,8 +144,8 @@ def step_transfers(par: Parallelism, shape: StepShape, links: Links) -> list[Tra
         out.append(Transfer("cp", Collective.send_recv, par.cp, payload, bw, link, True))
     if par.ep > 1 and shape.moe_layers:
         bw, link = links.of(1, par.ep)
-        calls = shape.moe_layers * m * (2 * forwards + 2)
-        payload = int(calls * shape.tokens * shape.top_k * shape.hidden * shape.dtype_bytes)
+        ep_calls = shape.moe_layers * m * (2 * forwards + 2)
+        payload = int(ep_calls * shape.tokens * shape.top_k * shape.hidden * shape.dtype_bytes)
         out.append(Transfer("ep", Collective.all_to_all, par.ep, payload, bw, link, False))
     if par.pp > 1:
         bw, link = links.of(par.tp * par.cp * par.dp, 2)
