@@ -1,4 +1,7 @@
+import contextlib
+import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,3 +30,20 @@ def pytest_collection_modifyitems(config, items):
 def reference_cases():
     """Measured HF GPT-2 training steps (copied from shared/reference, protocol in its README)."""
     return json.loads((DATA / "gpt2-cases.json").read_text())
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str) -> CliResult:
+    """``memcalc ARGS`` in-process, through the real entry point (its error handling)."""
+    from memcalc.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return CliResult(code, out.getvalue(), err.getvalue())

@@ -185,18 +185,10 @@ def test_recompute_replays_dropout(recompute):
 
 
 def test_cli_measure_exit_codes():
-    typer = pytest.importorskip("typer")
-    from typer.testing import CliRunner
+    from conftest import run_cli
 
-    from memcalc.measure.command import measure_command
-
-    app = typer.Typer()
-    app.command("measure")(measure_command)
-    app.command("noop")(lambda: None)
-    runner = CliRunner()
-    ok = runner.invoke(
-        app,
-        [
+    ok = run_cli(
+        *[
             "measure",
             "--model",
             "gpt2",
@@ -214,14 +206,13 @@ def test_cli_measure_exit_codes():
             "full",
             "--tolerance",
             "0.05",
-        ],
+        ]
     )
-    assert ok.exit_code == 0, ok.output
-    bad = runner.invoke(app, ["measure", "--model", "nope"])
+    assert ok.exit_code == 0, ok.stderr
+    bad = run_cli("measure", "--model", "nope")
     assert bad.exit_code == 2
-    strict = runner.invoke(
-        app,
-        [
+    strict = run_cli(
+        *[
             "measure",
             "--model",
             "gpt2",
@@ -233,7 +224,7 @@ def test_cli_measure_exit_codes():
             "cpu",
             "--tolerance",
             "0",
-        ],
+        ]
     )
     assert strict.exit_code == 1
 

@@ -249,20 +249,9 @@ def user_module(tmp_path, monkeypatch):
 
 @pytest.fixture
 def cli():
-    import typer
-    from typer.testing import CliRunner
+    from conftest import run_cli
 
-    from memcalc.measure.trace_command import trace_command
-
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command("trace")(trace_command)
-
-    @app.command("dummy")
-    def dummy() -> None:
-        """A second command, so that ``trace`` is a subcommand as in memcalc's app."""
-
-    runner = CliRunner()
-    return lambda *args: runner.invoke(app, list(args))
+    return run_cli
 
 
 def test_user_module_end_to_end(user_module, cli):
@@ -354,10 +343,12 @@ def test_without_torch_the_command_says_how_to_install(cli, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
     result = cli("trace", "gpt2")
     assert result.exit_code == 2
-    assert result.stderr.strip() == "memcalc trace needs torch: pip install 'memcalc[torch]'"
+    line = result.stderr.strip()
+    assert line.startswith("error: memcalc trace needs torch: pip install torch --index-url")
+    assert "download.pytorch.org/whl/cpu" in line and "\n" not in line
 
 
 def test_command_module_does_not_import_torch():
-    code = "import sys, memcalc.measure.trace_command; print('torch' in sys.modules)"
+    code = "import sys, memcalc.cli.trace; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

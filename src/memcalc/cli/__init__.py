@@ -1,9 +1,9 @@
 """The memcalc command line: thin commands that parse, call one library function, print.
 
-Every command is imported and built only when it runs (``COMMANDS``), so ``memcalc estimate``
-starts without loading the quiz, torch or the other commands. Bad input of any kind (unknown
-names, bad values, malformed files) ends with one line ``error: ...`` on stderr and exit code
-2 -- never a traceback.
+Every command is imported only when it runs (``COMMANDS``), so ``memcalc estimate`` starts
+without loading the quiz, torch or the other commands. Bad input of any kind (unknown names,
+bad values, malformed files) ends with one line ``error: ...`` on stderr and exit code 2 --
+never a traceback.
 """
 
 from __future__ import annotations
@@ -12,14 +12,10 @@ import importlib
 import sys
 from typing import Any
 
-import typer
+import click
 
+from memcalc import __version__
 from memcalc.errors import MemcalcError
-
-try:  # typer >= 0.20 vendors its own click
-    from typer._click.exceptions import NoArgsIsHelpError, UsageError
-except ImportError:  # pragma: no cover - older typer uses click itself
-    from click.exceptions import NoArgsIsHelpError, UsageError
 
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "estimate": (
@@ -42,83 +38,106 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "model (English, Urdu).",
     ),
     "measure": (
-        "memcalc.measure.command",
+        "memcalc.cli.measure",
         "measure_command",
         "Run real training steps in PyTorch and compare every component with the estimate "
         "(needs torch).",
     ),
     "trace": (
-        "memcalc.measure.trace_command",
+        "memcalc.cli.trace",
         "trace_command",
-        "Any nn.Module or HF config under FakeTensorMode into the op graph, then estimate "
-        "it (needs torch).",
+        "Any nn.Module or HF config under FakeTensorMode into the op graph, then estimate it "
+        "(needs torch).",
     ),
 }
-"""name -> (module, attribute: a command function or a typer app, one-line help)."""
+"""name -> (module, attribute: a click command, one-line help)."""
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-class _LazyGroup(typer.core.TyperGroup):
-    """The command group: each of COMMANDS is imported and built the first time it runs."""
+class _LazyGroup(click.Group):
+    """The command group: each of COMMANDS is imported the first time it runs."""
 
-    def list_commands(self, ctx: Any) -> list[str]:
+    def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: Any, name: str) -> Any:
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in COMMANDS and name not in self.commands:
-            module, attribute, summary = COMMANDS[name]
+            module, attribute, _ = COMMANDS[name]
             target = getattr(importlib.import_module(module), attribute)
-            if isinstance(target, typer.Typer):
-                command = typer.main.get_command(target)
-            else:
-                sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-                sub.command(name, short_help=summary)(target)
-                command = typer.main.get_command(sub)
-            self.add_command(command, name)
+            self.add_command(_as_click(target, name), name)
         return super().get_command(ctx, name)
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list, from COMMANDS (nothing is imported to print it)."""
         with formatter.section("Commands"):
             formatter.write_dl([(name, summary) for name, (_, _, summary) in COMMANDS.items()])
 
 
-app = typer.Typer(
+def _as_click(target: Any, name: str) -> click.Command:
+    """A click command, or a bridge to a command still written with typer (run by typer)."""
+    if isinstance(target, click.Command):
+        return target
+
+    @click.command(
+        name,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        add_help_option=False,
+    )
+    @click.pass_context
+    def bridge(ctx: click.Context) -> None:
+        import typer
+
+        sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        sub.command(name)(target)
+        try:
+            from typer._click.exceptions import Exit, UsageError
+        except ImportError:  # pragma: no cover - older typer uses click itself
+            from click.exceptions import Exit, UsageError  # type: ignore[assignment]
+        try:
+            code = typer.main.get_command(sub).main(
+                args=list(ctx.args), prog_name=f"memcalc {name}", standalone_mode=False
+            )
+        except UsageError as e:
+            raise click.UsageError(e.format_message()) from None
+        except Exit as e:
+            raise click.exceptions.Exit(e.exit_code) from None
+        if isinstance(code, int) and code:
+            raise click.exceptions.Exit(code)
+
+    return bridge
+
+
+@click.group(
     cls=_LazyGroup,
-    help="How much GPU memory a training job needs, and which recompute / offload strategy "
-    "makes it fit.",
-    add_completion=False,
+    context_settings=CONTEXT,
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    epilog="Run `memcalc COMMAND -h` for a command's options and examples.",
 )
-
-
-@app.callback()
-def _root() -> None:
-    """How much GPU memory a training job needs, and which recompute / offload strategy
-    makes it fit."""
+@click.version_option(__version__, "--version", prog_name="memcalc")
+def app() -> None:
+    """How much GPU memory a training job needs, and which recompute / offload strategy makes
+    it fit."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app; any usage error or MemcalcError is one line and exit 2."""
-    command = typer.main.get_command(app)
     try:
-        # In non-standalone mode click returns a typer.Exit's code instead of raising it.
-        code = command.main(args=argv, prog_name="memcalc", standalone_mode=False)
+        code = app.main(args=argv, prog_name="memcalc", standalone_mode=False)
     except MemcalcError as e:
-        typer.echo(f"error: {e}", err=True)
+        click.echo(f"error: {e}", err=True)
         return 2
-    except NoArgsIsHelpError as e:
-        typer.echo(e.ctx.get_help() if e.ctx else str(e))
+    except click.exceptions.NoArgsIsHelpError as e:
+        click.echo(e.ctx.get_help() if e.ctx else str(e))
         return 0
-    except UsageError as e:
-        message = " ".join(e.format_message().replace("Value error, ", "").split())
-        typer.echo(f"error: {message}", err=True)
+    except click.UsageError as e:
+        message = " ".join(e.format_message().split())
+        click.echo(f"error: {message}", err=True)
         return 2
-    except typer.Exit as e:
+    except click.exceptions.Exit as e:
         return e.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        typer.echo("aborted", err=True)
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("aborted", err=True)
         return 130
     return code if isinstance(code, int) else 0
 

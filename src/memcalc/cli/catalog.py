@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import click
 
-import typer
-
+from memcalc.cli.common import EnumChoice
 from memcalc.params import count_params
 from memcalc.profiles import list_profiles, load_profile
 from memcalc.spec.presets import PRESETS
 from memcalc.units import Unit, to_unit
 
-profiles_app = typer.Typer(help="GPU profiles (profiles/*.toml).", no_args_is_help=True)
-models_app = typer.Typer(help="Built-in model presets.", no_args_is_help=True)
+
+@click.group("profiles", no_args_is_help=True)
+def profiles_app() -> None:
+    """GPU profiles (profiles/*.toml): list, show."""
 
 
-@models_app.callback()
-def _models() -> None:
-    """Built-in model presets."""
+@click.group("models", no_args_is_help=True)
+def models_app() -> None:
+    """Built-in model presets: list."""
 
 
 @profiles_app.command("list")
-def profiles_list(
-    unit: Annotated[Unit, typer.Option(help="Memory unit.")] = Unit.GiB,
-) -> None:
+@click.option("--unit", type=EnumChoice(Unit), default=Unit.GiB.value, help="Memory unit.")
+def profiles_list(unit: Unit) -> None:
     """List the built-in GPU profiles."""
     from tabulate import tabulate
 
@@ -42,7 +42,7 @@ def profiles_list(
                 f"{p.intra_node_bytes_per_s / 1e9:.0f}",
             ]
         )
-    typer.echo(
+    click.echo(
         tabulate(
             rows,
             headers=[
@@ -61,9 +61,8 @@ def profiles_list(
 
 
 @profiles_app.command("show")
-def profiles_show(
-    name: Annotated[str, typer.Argument(help="Profile name, alias (e.g. h100) or file.")],
-) -> None:
+@click.argument("name")
+def profiles_show(name: str) -> None:
     """Show every field of one GPU profile; fields a profile file leaves out are marked."""
     from tabulate import tabulate
 
@@ -76,7 +75,7 @@ def profiles_show(
         own = field in ("display_name", "source", "notes")
         return " (not set: default)" if own else f" (not set: {REFERENCE_PROFILE}'s figure)"
 
-    typer.echo(
+    click.echo(
         tabulate(
             [[k, f"{v}{mark(k)}" if k in defaulted else v] for k, v in p.fields().items()],
             headers=["field", "value"],
@@ -105,7 +104,7 @@ def models_list() -> None:
         ]
         for n, s in PRESETS.items()
     ]
-    typer.echo(
+    click.echo(
         tabulate(
             rows,
             headers=[

@@ -1,19 +1,12 @@
-"""``memcalc measure``: run the model for real and print estimate vs measured per component.
-
-Thin: parse options, call ``runner.measure`` and ``compare.compare``, print. torch is imported
-inside the function so that ``memcalc --help`` works without it.
-"""
+"""``memcalc measure``'s work: run the model for real and report estimate vs measured per
+component (``runner.measure``, ``compare.compare``). The command itself is in
+``memcalc/cli/measure.py``."""
 
 from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
-from typing import Annotated
 
-import typer
-
-from memcalc.errors import MemcalcError
 from memcalc.estimate import Options
 from memcalc.profiles import load_profile
 from memcalc.spec.loaders import load_model, training_setup
@@ -22,55 +15,27 @@ from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute
 
 
-class Format(str, Enum):
-    """Output format."""
-
-    table = "table"
-    json = "json"
-
-
-class ImplChoice(str, Enum):
-    """Which implementation runs (see measure/build.py)."""
-
-    ours = "ours"
-    hf = "hf"
-
-
-def measure_command(
-    model: Annotated[
-        str, typer.Option(help="Preset name, memcalc spec file or HF config.json.")
-    ] = "gpt2",
-    batch: Annotated[int, typer.Option(help="Micro-batch size.")] = 1,
-    seq: Annotated[int, typer.Option(help="Sequence length.")] = 512,
-    precision: Annotated[Precision, typer.Option(help="Precision recipe.")] = Precision.fp32,
-    optimizer: Annotated[OptimizerKind, typer.Option(help="Optimizer.")] = OptimizerKind.adamw,
-    attention: Annotated[Attention, typer.Option(help="Attention kernel.")] = Attention.sdpa,
-    dropout: Annotated[float | None, typer.Option(help="Override every dropout rate.")] = None,
-    recompute: Annotated[Recompute, typer.Option(help="Recompute strategy.")] = Recompute.none,
-    every: Annotated[int | None, typer.Option(help="k for --recompute every-k.")] = None,
-    offload: Annotated[
-        list[str] | None,
-        typer.Option(help="WHAT=WHERE: optimizer=cpu or activations=cpu (repeatable)."),
-    ] = None,
-    impl: Annotated[
-        ImplChoice, typer.Option(help="ours (reference model) or hf.")
-    ] = ImplChoice.ours,
-    device: Annotated[
-        str | None, typer.Option(help="cuda or cpu (default: cuda if present).")
-    ] = None,
-    gpu: Annotated[
-        str, typer.Option(help="GPU profile for the estimate's overhead.")
-    ] = "h100-sxm-80gb",
-    tolerance: Annotated[float, typer.Option(help="Max relative error before exit code 1.")] = 0.03,
-    fmt: Annotated[Format, typer.Option("--format", help="table or json.")] = Format.table,
-    seed: Annotated[int, typer.Option(help="Seed for weights and token ids.")] = 0,
-) -> None:
-    """Run one warm-up and one measured training step; print estimate vs measured."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        typer.echo("memcalc measure needs torch: pip install 'memcalc[torch]'", err=True)
-        raise typer.Exit(2) from None
+def run_measure(
+    *,
+    model: str,
+    batch: int,
+    seq: int,
+    precision: Precision,
+    optimizer: OptimizerKind,
+    attention: Attention,
+    dropout: float | None,
+    recompute: Recompute,
+    every: int | None,
+    offload: list[str],
+    impl: str,
+    device: str | None,
+    gpu: str,
+    tolerance: float,
+    fmt: str,
+    seed: int,
+) -> tuple[str, bool]:
+    """Run one warm-up and one measured training step; (the report, whether every checked
+    component is within ``tolerance``)."""
     from memcalc.measure.build import Impl
     from memcalc.measure.compare import compare, estimate_for
     from memcalc.measure.runner import measure
@@ -78,64 +43,57 @@ def measure_command(
     def progress(msg: str) -> None:
         print(f"[memcalc measure] {msg} ...", file=sys.stderr, flush=True)
 
-    try:
-        spec = load_model(model)
-        setup = training_setup(
-            batch=batch,
-            seq=seq,
-            precision=precision,
-            optimizer=optimizer,
-            attention=attention,
-            dropout=dropout,
-        )
-        options = Options(
-            recompute=recompute, every=every, offload=tuple(Offload.parse(o) for o in offload or [])
-        )
-        profile = load_profile(gpu)
-        m = measure(
-            spec,
-            setup,
-            impl=Impl(impl.value),
-            recompute=recompute,
-            every=every,
-            offload=options.offload,
-            device=device,
-            seed=seed,
-            progress=progress,
-        )
-        rows = compare(estimate_for(spec, setup, profile, options, m.device), m)
-    except MemcalcError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    spec = load_model(model)
+    setup = training_setup(
+        batch=batch,
+        seq=seq,
+        precision=precision,
+        optimizer=optimizer,
+        attention=attention,
+        dropout=dropout,
+    )
+    options = Options(
+        recompute=recompute, every=every, offload=tuple(Offload.parse(o) for o in offload)
+    )
+    profile = load_profile(gpu)
+    m = measure(
+        spec,
+        setup,
+        impl=Impl(impl),
+        recompute=recompute,
+        every=every,
+        offload=options.offload,
+        device=device,
+        seed=seed,
+        progress=progress,
+    )
+    rows = compare(estimate_for(spec, setup, profile, options, m.device), m)
     failed = [r for r in rows if not r.within(tolerance)]
-    if fmt is Format.json:
-        typer.echo(
-            json.dumps(
-                {
-                    "device": m.device,
-                    "impl": m.impl,
-                    "strategy": m.strategy,
-                    "tolerance": tolerance,
-                    "rows": [
-                        {
-                            "component": r.component,
-                            "estimate_bytes": r.estimate_bytes,
-                            "measured_bytes": r.measured_bytes,
-                            "error": r.error,
-                            "checked": r.checked,
-                        }
-                        for r in rows
-                    ],
-                    "notes": list(m.notes),
-                    "ok": not failed,
-                },
-                indent=2,
-            )
+    if fmt == "json":
+        text = json.dumps(
+            {
+                "device": m.device,
+                "impl": m.impl,
+                "strategy": m.strategy,
+                "tolerance": tolerance,
+                "rows": [
+                    {
+                        "component": r.component,
+                        "estimate_bytes": r.estimate_bytes,
+                        "measured_bytes": r.measured_bytes,
+                        "error": r.error,
+                        "checked": r.checked,
+                    }
+                    for r in rows
+                ],
+                "notes": list(m.notes),
+                "ok": not failed,
+            },
+            indent=2,
         )
     else:
-        typer.echo(_table(rows, m, tolerance))
-    if failed:
-        raise typer.Exit(1)
+        text = _table(rows, m, tolerance)
+    return text, not failed
 
 
 def _table(rows, m, tolerance: float) -> str:  # type: ignore[no-untyped-def]

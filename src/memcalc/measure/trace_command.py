@@ -1,35 +1,11 @@
-"""``memcalc trace``: trace a model under FakeTensorMode into the op graph and print what
-``memcalc estimate`` prints for it.
-
-Thin: parse options, call ``trace.trace_module`` and ``estimate.estimate_graph``, print. torch is
-imported inside the function so that ``memcalc --help`` works without it.
-"""
+"""``memcalc trace``'s work: trace a model under FakeTensorMode into the op graph and render
+what ``memcalc estimate`` prints for it. The command itself is in ``memcalc/cli/trace.py``."""
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
-from typing import Annotated
 
-import typer
-
-from memcalc.errors import MemcalcError
-from memcalc.estimate import DEFAULT_MFU
-from memcalc.options import (
-    BudgetOpt,
-    EveryOpt,
-    ForeachOpt,
-    FormatOpt,
-    GpuOpt,
-    GpusOpt,
-    GradDtypeOpt,
-    MfuOpt,
-    OffloadOpt,
-    OptimizerOpt,
-    RecomputeOpt,
-    UnitOpt,
-    ZeroOpt,
-)
-from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
 from memcalc.spec.training import Attention, GradDType, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
@@ -47,84 +23,7 @@ class ImplChoice(str, Enum):
     """Hugging Face transformers (needs transformers installed)."""
 
 
-def trace_command(
-    target: Annotated[
-        str,
-        typer.Argument(
-            help="What to trace: module:function returning an nn.Module (imported from the "
-            "current directory; runs your code), an HF config.json (random init), or a "
-            "memcalc preset / spec file."
-        ),
-    ],
-    input_shape: Annotated[
-        str, typer.Option(help="Token ids fed to the model: batch x sequence, e.g. 4x1024.")
-    ] = "1x1024",
-    gpu: GpuOpt = DEFAULT_GPU,
-    precision: Annotated[
-        Precision, typer.Option(help="Precision recipe (the model is traced in its dtype).")
-    ] = Precision.bf16_mixed,
-    grad_dtype: GradDtypeOpt = None,
-    optimizer: OptimizerOpt = OptimizerKind.adamw,
-    foreach: ForeachOpt = True,
-    attention: Annotated[
-        Attention | None,
-        typer.Option(help="Attention kernel of HF / preset models (default sdpa)."),
-    ] = None,
-    impl: Annotated[
-        ImplChoice | None,
-        typer.Option(help="Build a preset / spec file as ours (default) or hf."),
-    ] = None,
-    dropout: Annotated[
-        float | None,
-        typer.Option(help="Override every dropout rate of an HF / preset model."),
-    ] = None,
-    gpus: GpusOpt = 1,
-    zero: ZeroOpt = 0,
-    recompute: RecomputeOpt = None,
-    every: EveryOpt = None,
-    budget: BudgetOpt = None,
-    offload: OffloadOpt = None,
-    mfu: MfuOpt = DEFAULT_MFU,
-    format: FormatOpt = Format.table,
-    unit: UnitOpt = Unit.GiB,
-) -> None:
-    """Trace any model under FakeTensorMode (no memory allocated): build it, run a training
-    forward and backward, turn what autograd saved into memcalc's op graph, and print the
-    estimate for it -- for architectures memcalc has no lowering for."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        typer.echo(TORCH_MISSING, err=True)
-        raise typer.Exit(2) from None
-    try:
-        text = _run(
-            target,
-            input_shape=input_shape,
-            gpu=gpu,
-            precision=precision,
-            grad_dtype=grad_dtype,
-            optimizer=optimizer,
-            foreach=foreach,
-            attention=attention,
-            impl=impl,
-            dropout=dropout,
-            gpus=gpus,
-            zero=zero,
-            recompute=recompute,
-            every=every,
-            budget=budget,
-            offload=offload or [],
-            mfu=mfu,
-            fmt=format,
-            unit=unit,
-        )
-    except MemcalcError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
-    typer.echo(text)
-
-
-def _run(
+def run_trace(
     target: str,
     *,
     input_shape: str,
@@ -136,8 +35,7 @@ def _run(
     attention: Attention | None,
     impl: ImplChoice | None,
     dropout: float | None,
-    gpus: int,
-    zero: int,
+    layout: dict[str, object],
     recompute: Recompute | None,
     every: int | None,
     budget: str | None,
@@ -165,8 +63,7 @@ def _run(
         optimizer_foreach=foreach,
         attention=attention or Attention.sdpa,
         dropout=dropout,
-        gpus=gpus,
-        zero=zero,
+        **layout,
     )
     options = chosen_options(recompute, every, budget, offload, mfu)
 
@@ -188,7 +85,7 @@ def _run(
     if precision is Precision.fp8_mixed:
         _warn("--precision fp8-mixed: traced in bf16; fp8 copies of linear inputs are not traced")
     trace = trace_module(resolved.build, setup, name=resolved.name, vocab_size=resolved.vocab_size)
-    typer.echo(describe(trace), err=True)
+    print(describe(trace), file=sys.stderr)
     for note in trace.notes:
         _warn(note)
 
@@ -208,4 +105,4 @@ def _run(
 
 
 def _warn(message: str) -> None:
-    typer.echo(f"warning: {message}", err=True)
+    print(f"warning: {message}", file=sys.stderr)

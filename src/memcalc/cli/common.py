@@ -1,0 +1,269 @@
+"""Command-line options shared by several commands, declared once (click decorators) so their
+names, help and choices stay the same everywhere; and the conversion of their values into the
+library's types. Enum choices are case-insensitive (``--unit gb``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Any, TypeVar
+
+import click
+
+from memcalc.estimate import DEFAULT_MFU
+from memcalc.profiles import DEFAULT_GPU
+from memcalc.report import Format
+from memcalc.spec.presets import DEFAULT_MODEL
+from memcalc.spec.training import Attention, GradDType, Loss, OptimizerKind, Precision
+from memcalc.strategies.recompute import Recompute
+from memcalc.units import Unit
+
+F = TypeVar("F", bound=Callable[..., Any])
+E = TypeVar("E", bound=Enum)
+
+
+class EnumChoice(click.Choice):  # type: ignore[type-arg]
+    """A click choice of an Enum's values, case-insensitive, converted to the member."""
+
+    def __init__(self, enum: type[Enum]) -> None:
+        self.enum = enum
+        super().__init__([str(m.value) for m in enum], case_sensitive=False)
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, self.enum):
+            return value
+        return self.enum(super().convert(value, param, ctx))
+
+
+def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Apply ``decorators`` in the order written (click applies the last one first)."""
+
+    def apply(f: F) -> F:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply
+
+
+def model_option(default: str = DEFAULT_MODEL) -> Callable[[F], F]:
+    return click.option(
+        "--model",
+        "-m",
+        default=default,
+        show_default=True,
+        help="Preset (memcalc models list), its HF hub id, a memcalc spec TOML/JSON or an HF "
+        "config.json.",
+    )
+
+
+gpu_option = click.option(
+    "--gpu",
+    default=DEFAULT_GPU,
+    show_default=True,
+    help="GPU profile or alias (h100, a100, 4090; memcalc profiles list) or a profile file.",
+)
+gpu_memory_option = click.option(
+    "--gpu-memory",
+    default=None,
+    help="A GPU known by its memory only (e.g. 48GB, 24GiB): the other figures are the "
+    "reference profile's.",
+)
+
+setup_options = options(
+    click.option(
+        "--batch",
+        "-b",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Micro-batch size (sequences).",
+    ),
+    click.option(
+        "--seq", "-s", type=int, default=1024, show_default=True, help="Sequence length (tokens)."
+    ),
+    click.option(
+        "--precision",
+        type=EnumChoice(Precision),
+        default=Precision.bf16_mixed.value,
+        show_default=True,
+        help="Precision recipe.",
+    ),
+    click.option(
+        "--grad-dtype",
+        type=EnumChoice(GradDType),
+        default=None,
+        help="Gradient dtype under -mixed (fp32 default, or bf16/fp16).",
+    ),
+    click.option(
+        "--optimizer",
+        type=EnumChoice(OptimizerKind),
+        default=OptimizerKind.adamw.value,
+        show_default=True,
+        help="Optimizer.",
+    ),
+    click.option(
+        "--foreach/--no-foreach",
+        default=True,
+        show_default=True,
+        help="Multi-tensor optimizer step (temporaries the size of all parameters).",
+    ),
+    click.option(
+        "--attention",
+        type=EnumChoice(Attention),
+        default=Attention.sdpa.value,
+        show_default=True,
+        help="Attention kernel.",
+    ),
+    click.option(
+        "--loss",
+        type=EnumChoice(Loss),
+        default=Loss.standard.value,
+        show_default=True,
+        help="Loss implementation.",
+    ),
+    click.option(
+        "--dropout", type=float, default=None, help="Override every dropout rate of the model."
+    ),
+)
+
+layout_options = options(
+    click.option(
+        "--dp", "--gpus", "dp", type=int, default=1, show_default=True, help="Data-parallel GPUs."
+    ),
+    click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel GPUs."),
+    click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages (1F1B)."),
+    click.option("--cp", type=int, default=1, show_default=True, help="Context-parallel GPUs."),
+    click.option(
+        "--ep", type=int, default=1, show_default=True, help="Expert-parallel GPUs (MoE)."
+    ),
+    click.option(
+        "--sp/--no-sp",
+        default=True,
+        show_default=True,
+        help="Sequence parallelism with tp > 1 (Megatron).",
+    ),
+    click.option(
+        "--vpp", type=int, default=1, show_default=True, help="Virtual stages per pipeline rank."
+    ),
+    click.option(
+        "--microbatches",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Micro-batches per step (gradient accumulation; pipeline m).",
+    ),
+    click.option(
+        "--zero",
+        type=int,
+        default=0,
+        show_default=True,
+        help="ZeRO stage: 0 none, 1 optimizer, 2 +gradients, 3 +parameters (FSDP).",
+    ),
+    click.option(
+        "--fsdp-reshard",
+        type=click.Choice(["true", "false"], case_sensitive=False),
+        default="true",
+        show_default=True,
+        help="ZeRO-3/FSDP2 reshard_after_forward.",
+    ),
+    click.option(
+        "--shard-size", type=int, default=None, help="HSDP: shard within this many dp ranks."
+    ),
+    click.option(
+        "--bucket-view/--no-bucket-view",
+        default=False,
+        show_default=True,
+        help="DDP gradient_as_bucket_view (no bucket copy of the gradients).",
+    ),
+)
+
+strategy_options = options(
+    click.option(
+        "--recompute",
+        type=EnumChoice(Recompute),
+        default=None,
+        help="One recompute strategy (prints a detailed breakdown).",
+    ),
+    click.option(
+        "--every",
+        type=int,
+        default=None,
+        help="k for --recompute every-k (default round(sqrt(N))).",
+    ),
+    click.option(
+        "--budget",
+        default=None,
+        help="Activation budget for --recompute budget, e.g. 20GiB or 2e10.",
+    ),
+    click.option(
+        "--offload",
+        multiple=True,
+        help="WHAT=WHERE, repeatable: optimizer=cpu|nvme, params=cpu, activations=cpu.",
+    ),
+    click.option(
+        "--mfu",
+        type=float,
+        default=DEFAULT_MFU,
+        show_default=True,
+        help="Model-FLOPs utilisation used to turn FLOPs into time.",
+    ),
+)
+
+output_options = options(
+    click.option(
+        "--format",
+        "fmt",
+        type=EnumChoice(Format),
+        default=Format.table.value,
+        show_default=True,
+        help="Output format.",
+    ),
+    click.option(
+        "--unit",
+        type=EnumChoice(Unit),
+        default=Unit.GiB.value,
+        show_default=True,
+        help="Memory unit: GiB (2^30) or GB (10^9).",
+    ),
+)
+
+SETUP_KEYS = (
+    "batch",
+    "seq",
+    "precision",
+    "grad_dtype",
+    "optimizer",
+    "attention",
+    "loss",
+    "dropout",
+)
+LAYOUT_KEYS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "sp",
+    "vpp",
+    "microbatches",
+    "zero",
+    "shard_size",
+    "bucket_view",
+)
+
+
+def layout_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The parallel-layout fields of a command's option values."""
+    fields = {k: values[k] for k in LAYOUT_KEYS if k in values}
+    if "fsdp_reshard" in values:
+        fields["fsdp_reshard"] = values["fsdp_reshard"].lower() == "true"
+    return fields
+
+
+def setup_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The TrainingSetup fields (parallel layout flat) of a command's option values."""
+    fields = {k: values[k] for k in SETUP_KEYS if k in values} | layout_fields(values)
+    if "foreach" in values:
+        fields["optimizer_foreach"] = values["foreach"]
+    return fields

@@ -1,0 +1,102 @@
+"""``memcalc measure``: run the model for real and print estimate vs measured per component.
+torch is imported only when the command runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from memcalc.cli.common import EnumChoice, gpu_option, model_option
+from memcalc.errors import MemcalcError
+from memcalc.spec.training import Attention, OptimizerKind, Precision
+from memcalc.strategies.recompute import Recompute
+
+TORCH_MISSING = (
+    "memcalc measure needs torch: pip install torch --index-url "
+    "https://download.pytorch.org/whl/cpu (CPU-only), or your CUDA build"
+)
+EXAMPLES = """\b
+Examples:
+  memcalc measure --model gpt2 --batch 4 --seq 512 --recompute full
+  memcalc measure --model tests/data/llama-2-7b-config.json --impl hf --precision bf16-mixed
+"""
+
+
+@click.command("measure", epilog=EXAMPLES)
+@model_option("gpt2")
+@click.option("--batch", "-b", type=int, default=1, show_default=True, help="Micro-batch size.")
+@click.option("--seq", "-s", type=int, default=512, show_default=True, help="Sequence length.")
+@click.option(
+    "--precision",
+    type=EnumChoice(Precision),
+    default=Precision.fp32.value,
+    show_default=True,
+    help="Precision recipe.",
+)
+@click.option(
+    "--optimizer",
+    type=EnumChoice(OptimizerKind),
+    default=OptimizerKind.adamw.value,
+    show_default=True,
+    help="Optimizer.",
+)
+@click.option(
+    "--attention",
+    type=EnumChoice(Attention),
+    default=Attention.sdpa.value,
+    show_default=True,
+    help="Attention kernel.",
+)
+@click.option("--dropout", type=float, default=None, help="Override every dropout rate.")
+@click.option(
+    "--recompute",
+    type=EnumChoice(Recompute),
+    default=Recompute.none.value,
+    show_default=True,
+    help="Recompute strategy.",
+)
+@click.option("--every", type=int, default=None, help="k for --recompute every-k.")
+@click.option(
+    "--offload", multiple=True, help="WHAT=WHERE: optimizer=cpu or activations=cpu (repeatable)."
+)
+@click.option(
+    "--impl",
+    type=click.Choice(["ours", "hf"], case_sensitive=False),
+    default="ours",
+    show_default=True,
+    help="ours (memcalc's reference model) or hf (transformers).",
+)
+@click.option("--device", default=None, help="cuda or cpu (default: cuda if present).")
+@gpu_option
+@click.option(
+    "--tolerance",
+    type=float,
+    default=0.03,
+    show_default=True,
+    help="Largest relative error before exit code 1.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"], case_sensitive=False),
+    default="table",
+    show_default=True,
+    help="table or json.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed for weights and token ids."
+)
+def measure_command(**values: Any) -> None:
+    """Run one warm-up and one measured training step; print estimate vs measured."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise MemcalcError(TORCH_MISSING) from None
+    from memcalc.measure.command import run_measure
+
+    values["offload"] = list(values["offload"])
+    text, ok = run_measure(**values)
+    click.echo(text)
+    if not ok:
+        raise click.exceptions.Exit(1)
