@@ -28,6 +28,7 @@ from memcalc.quiz.bank import (
     bank_dir,
     bank_files,
     load_bank,
+    load_bank_data,
     load_bank_file,
 )
 from memcalc.quiz.command import quiz_command
@@ -106,15 +107,20 @@ def test_every_bank_file_validates():
 def test_bank_file_schema(path):
     """Checked on the raw TOML too, so the test does not rely on the loader alone."""
     raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    assert set(raw) == {"questions"}
+    assert set(raw) <= {"questions", "concepts"}
+    for slug, name in raw.get("concepts", {}).items():
+        assert re.fullmatch(r"[a-z0-9][a-z0-9-]*", slug) and set(name) == {"en", "ur"}, slug
+        assert re.search("[\u0600-\u06ff]", name["ur"]), slug
     for q in raw["questions"]:
-        assert set(q) == {"id", "concept", "topic", "difficulty", "correct", "en", "ur"}, q["id"]
+        required = {"id", "concept", "topic", "difficulty", "correct", "en", "ur"}
+        assert required <= set(q) <= required | {"numeric"}, q["id"]
         assert q["topic"] in {t.value for t in Topic}, q["id"]
         assert q["difficulty"] in {d.value for d in Difficulty}, q["id"]
         assert 0 <= q["correct"] < NUM_OPTIONS, q["id"]
         for lang in ("en", "ur"):
             text = q[lang]
-            assert set(text) == {"prompt", "options", "explanation"}, (q["id"], lang)
+            assert {"prompt", "options", "explanation"} <= set(text), (q["id"], lang)
+            assert set(text) <= {"prompt", "options", "explanation", "feedback"}, (q["id"], lang)
             assert text["prompt"].strip() and text["explanation"].strip(), (q["id"], lang)
             options = [o.strip() for o in text["options"]]
             assert len(options) == NUM_OPTIONS, (q["id"], lang)
@@ -135,6 +141,13 @@ def test_bank_ids_unique_and_seed_concepts_covered_in_both_languages():
             assert q.en.explanation.strip() and q.ur.explanation.strip()
             # Urdu text is really Urdu (Arabic script), not a copy of the English.
             assert re.search("[\u0600-\u06ff]", q.ur.prompt), q.id
+
+
+def test_every_bank_concept_has_a_name_in_both_languages():
+    bank = load_bank_data()
+    for concept in {q.concept for q in bank.questions}:
+        name = bank.concepts[concept]
+        assert name.en.strip() and re.search("[\u0600-\u06ff]", name.ur), concept
 
 
 VALID = """
