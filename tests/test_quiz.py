@@ -8,11 +8,8 @@ import math
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from memcalc.errors import MemcalcError
 from memcalc.estimate import Options, estimate
@@ -31,7 +28,6 @@ from memcalc.quiz.bank import (
     load_bank_data,
     load_bank_file,
 )
-from memcalc.quiz.command import quiz_command
 from memcalc.quiz.generate import KINDS, model_questions, strategy_label
 from memcalc.quiz.session import parse_answer
 from memcalc.quiz.templates import LABELS
@@ -39,15 +35,15 @@ from memcalc.spec.presets import preset
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute, sqrt_k
-from quiz_helpers import shows
+from quiz_helpers import ROOT, cli, isolated_state, quiz, reveal, shows
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "README.md"
+pytestmark = pytest.mark.usefixtures(isolated_state.__name__)
 
 SEED_CONCEPTS = (
     "recompute-trades-compute-for-memory",
@@ -60,33 +56,6 @@ SEED_CONCEPTS = (
     "recompute-keeps-optimizer-state",
 )
 """The eight concepts of the original seed quiz (shared/seeds/000_*.txt)."""
-
-
-def _app() -> typer.Typer:
-    """The quiz command in its own app, as the CLI registers it; the second command keeps
-    typer in subcommand mode."""
-    app = typer.Typer()
-    app.command("quiz")(quiz_command)
-
-    @app.command("noop")
-    def noop() -> None:
-        """Placeholder so that ``quiz`` stays a subcommand."""
-
-    return app
-
-
-APP = _app()
-
-
-def quiz(*args: str, input: str | None = None):  # noqa: A002 -- CliRunner's name
-    return CliRunner().invoke(APP, ["quiz", *args], input=input)
-
-
-def reveal(*args: str, lang: str = "en") -> dict:
-    """The study sheet as JSON: the questions a run with the same flags asks, and answers."""
-    result = quiz(*args, "--reveal", "--format", "json", "--lang", lang)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def _wrong(letter: str) -> str:
@@ -212,7 +181,7 @@ def test_bad_bank_file_through_the_command(tmp_path, monkeypatch):
     (tmp_path / "broken.toml").write_text(
         VALID.replace("correct = 1", "correct = -1"), encoding="utf-8"
     )
-    monkeypatch.setattr(quiz_module, "load_bank", lambda: load_bank(tmp_path))
+    monkeypatch.setattr(quiz_module, "load_bank_data", lambda: load_bank_data(tmp_path))
     result = quiz("--reveal")
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1
@@ -433,7 +402,7 @@ def test_interactive_right_wrong_and_invalid_then_valid():
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert out.startswith("memcalc quiz: 3 questions. Your model: llama-2-7b")
-    assert "Question 1/3" in out and "Question 3/3" in out
+    assert "Question 1/3" in out and "Question 3/4" in out  # the miss added a question
     assert out.count("Right! ") == 2
     correct_1 = f"{c[1]}) {questions[1]['options'][LETTERS.index(c[1])]}"
     assert f"The correct answer is {correct_1}" in out
@@ -441,8 +410,11 @@ def test_interactive_right_wrong_and_invalid_then_valid():
     for q in questions:
         assert q["prompt"] in out and f"Why: {q['explanation']}" in out
     assert "Score: 2/3 (67%)" in out
-    assert f"Concepts to review: {questions[1]['concept']}" in out
-    assert "Quiz ended" not in out
+    name = load_bank_data().concepts[questions[1]["concept"]].en
+    assert f"Concepts to review: {name}" in out
+    # The miss scheduled a sibling on the same concept, after the last question.
+    assert "Question 4/4 · " in out and "again, on a concept you missed" in out
+    assert "Quiz ended after 3 of 4 questions." in out
 
 
 def test_eof_mid_quiz_ends_cleanly_with_the_score_so_far():
@@ -465,19 +437,25 @@ def test_eof_before_any_answer_and_q_to_quit():
     assert result.exit_code == 0 and "Quiz ended after 0 of 3 questions." in result.stdout
 
 
-def test_ctrl_c_ends_cleanly(monkeypatch):
-    def interrupted(*_args, **_kwargs):
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
+    def interrupted(_prompt):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(quiz_module.typer, "prompt", interrupted)
+    monkeypatch.setattr(quiz_module, "_terminal_reader", lambda _screen: interrupted)
     result = quiz(*QUIZ3)
-    assert result.exit_code == 0 and result.exception is None
-    assert "Quiz ended after 0 of 3 questions." in result.stdout
+    assert result.exit_code == 130
+    assert result.stderr == "Quiz interrupted after 0 of 3 questions; score 0/0.\n"
+    assert "Traceback" not in result.output
 
 
 def test_parse_answer():
     assert [parse_answer(x) for x in ("a", "B", " c ", "d)", "1", "4.")] == [0, 1, 2, 3, 0, 3]
     assert [parse_answer(x) for x in ("", "e", "0", "5", "ab", "-1")] == [None] * 6
+    # Urdu letters (alif, be, jim, dal), Urdu/Persian and Arabic-Indic digits, on purpose.
+    assert [parse_answer(x) for x in ("ا", "ب", "ج", "د", "ج)", "د۔")] == [0, 1, 2, 3, 2, 3]
+    assert [parse_answer(x) for x in ("۱", "۲", "۳", "۴", "١", "٤")] == [0, 1, 2, 3, 0, 3]
+    # Other digits are not answers: Devanagari 1, Urdu 0 and 5, fullwidth 2.
+    assert [parse_answer(x) for x in ("\u0967", "۰", "۵", "\uff12", "ه")] == [None] * 5
 
 
 # --- scripted, study sheet, languages --------------------------------------------------------
@@ -502,8 +480,14 @@ def test_scripted_json_scores_the_answers():
             "answer",
             "correct",
             "is_correct",
+            "mistake",
+            "mistakes",
             "explanation",
         }
+        if q["is_correct"]:
+            assert q["mistake"] is None
+        else:
+            assert q["mistake"] == q["mistakes"].get(q["answer"])
     assert data["review"] == list(dict.fromkeys([questions[1]["concept"], questions[3]["concept"]]))
 
 
@@ -522,6 +506,7 @@ def test_reveal_study_sheet_text_and_json():
     assert result.exit_code == 0
     assert result.stdout.startswith("memcalc quiz study sheet: 6 questions with answers.")
     assert result.stdout.count("\nAnswer: ") == 6 and result.stdout.count("\nWhy: ") == 6
+    assert "\nWhy not " in result.stdout  # each wrong option's mistake, on the sheet
     data = reveal("--seed", "1", "--count", "6")
     assert data["score"] is None
     assert all(q["answer"] is None and q["is_correct"] is None for q in data["questions"])
@@ -542,13 +527,13 @@ def test_urdu_quiz():
         )
         if q["id"] in bank:
             assert q["prompt"] == bank[q["id"]].ur.prompt
-    first = ur["questions"][0]["correct"]
+    first = "ابجد"[LETTERS.index(ur["questions"][0]["correct"])]  # answered with an Urdu letter
     result = quiz(*QUIZ3, "--lang", "ur", input=f"{first}\n")
     assert result.exit_code == 0
-    assert "سوال 1/3" in result.stdout and "درست! " in result.stdout
-    assert "اسکور: 1/1 (100%)" in result.stdout
+    assert "سوال \u20661/3\u2069" in result.stdout and "درست! " in result.stdout
+    assert "اسکور: \u20661/1 (100%)\u2069" in result.stdout
     sheet = quiz(*QUIZ3, "--lang", "ur", "--reveal")
-    assert sheet.exit_code == 0 and sheet.stdout.count("\nجواب: ") == 3
+    assert sheet.exit_code == 0 and sheet.stdout.count("\n\u200fجواب: ") == 3
 
 
 # --- bad input: one line, naming the flag and the allowed values, exit code 2 -----------------
@@ -569,9 +554,14 @@ def test_urdu_quiz():
             "--difficulty: unknown value 'expert'; choose one of: easy, medium, hard",
         ),
         (("--lang", "fr"), "--lang: unknown value 'fr'; choose one of: en, ur"),
-        (("--format", "xml"), "--format: unknown value 'xml'; choose one of: text, json"),
+        (
+            ("--format", "xml"),
+            "--format: unknown value 'xml'; choose one of: text, json, markdown, html, anki",
+        ),
         (("--source", "web"), "--source: unknown value 'web'; choose one of: mixed, bank, model"),
-        (("--precision", "int4"), "--precision: unknown value 'int4'; choose one of: fp32"),
+        (("--precision", "int4"), "Invalid value for '--precision': 'int4' is not one of 'fp32'"),
+        (("--optimizer", "adan"), "Invalid value for '--optimizer': 'adan' is not one of 'sgd'"),
+        (("--attention", "ring"), "Invalid value for '--attention': 'ring' is not one of"),
         (("--answers", "b,e,a"), "--answers: answer 2 is 'e'; use one of: a, b, c, d (or 1-4)"),
         (("--answers", "b,,a"), "--answers: answer 2 is ''"),
         (("--answers", "a,b", "--count", "3"), "--answers: got 2 answers for 3 questions"),
@@ -582,15 +572,23 @@ def test_urdu_quiz():
         (("--model", "gtp2"), "--model: unknown value 'gtp2'; choose one of:"),
         (("--gpu", "h1000"), "--gpu: unknown value 'h1000'; choose one of:"),
         (("--source", "model", "--topic", "sharding"), "--topic sharding: no question matches"),
+        (("--mfu", "1.5"), "--mfu: must be in (0, 1], got 1.5"),
+        (("--format", "anki"), "--format: anki is a study-sheet format; use it with --reveal"),
+        (("--typed", "--answers", "a"), "--typed: only for a quiz answered at the keyboard"),
+        (("--typed", "--reveal"), "--typed: only for a quiz answered at the keyboard"),
+        (("--stats", "--reveal"), "--stats: prints progress only"),
+        (("--review", "--source", "bank"), "--source: does not apply with --review"),
+        (("--grad-dtype", "fp16"), "options: grad_dtype must be one of: bf16, fp32"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args, expected):
-    result = quiz(*args)
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    assert result.stderr.startswith(f"error: {expected}")
-    assert result.stderr.count("\n") == 1
-    assert "Traceback" not in result.output
+def test_bad_input_is_one_line_and_exit_2(capsys, args, expected):
+    """Through the real command line, as a learner types it."""
+    code, out, err = cli(capsys, "quiz", *args)
+    assert code == 2, err
+    assert out == ""
+    assert err.startswith(f"error: {expected}"), err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
 
 
 # --- packaging rules and the README section --------------------------------------------------
@@ -598,7 +596,8 @@ def test_bad_input_is_one_line_and_exit_2(args, expected):
 
 def test_quiz_never_imports_torch():
     code = (
-        "import sys, memcalc.quiz.command, memcalc.quiz.generate; sys.exit('torch' in sys.modules)"
+        "import sys, memcalc.quiz.command, memcalc.quiz.generate, memcalc.quiz.export, "
+        "memcalc.quiz.progress; sys.exit('torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
@@ -617,6 +616,7 @@ def test_doc_example_session_is_what_the_quiz_prints():
     """The transcript was run for real; replaying the typed answers must print it again."""
     args, transcript = _doc_session()
     typed = re.findall(r"^(?:Your answer \(a-d, q to quit\): )(.*)$", transcript, re.M)
+    assert typed, "README.md example session has no typed answers"
     result = quiz(*args, input="".join(f"{t}\n" for t in typed))
     assert result.exit_code == 0
     assert result.stdout.rstrip("\n") == transcript.rstrip("\n"), (

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from memcalc.report import Format
-from memcalc.spec.training import Attention, GradDType, OptimizerKind, Precision
+from memcalc.spec.training import Attention, GradDType, Loss, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
 from memcalc.units import Unit
 
@@ -23,6 +23,10 @@ GradDtypeOpt = Annotated[
 OptimizerOpt = Annotated[OptimizerKind, typer.Option(help="Optimizer.")]
 ForeachOpt = Annotated[bool, typer.Option(help="Multi-tensor optimizer step.")]
 AttentionOpt = Annotated[Attention, typer.Option(help="Attention kernel.")]
+LossOpt = Annotated[Loss, typer.Option(help="Loss implementation.")]
+DropoutOpt = Annotated[
+    float | None, typer.Option(help="Override every dropout rate (default: from the model).")
+]
 GpusOpt = Annotated[
     int, typer.Option(help="Data-parallel GPUs sharing ZeRO shards (per-GPU memory shown).")
 ]
