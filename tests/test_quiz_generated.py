@@ -142,7 +142,8 @@ def check_question(q) -> None:
 @settings(
     max_examples=PROPERTY_EXAMPLES,
     deadline=None,
-    derandomize=True,
+    derandomize=True,  # the same configurations every run
+    database=None,  # nothing written to .hypothesis/
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(configs)
@@ -155,7 +156,12 @@ def test_every_generated_question_keeps_its_invariants(config):
 @pytest.mark.skipif(
     not os.environ.get("MEMCALC_SLOW_TESTS"), reason="set MEMCALC_SLOW_TESTS=1 (about a minute)"
 )
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=400,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(configs)
 def test_every_generated_question_keeps_its_invariants_many(config):
     for q in _questions(config):
