@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
 
 import click
 
@@ -32,8 +31,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "profiles": ("memcalc.cli.catalog", "profiles_app", "GPU profiles: list, show."),
     "models": ("memcalc.cli.catalog", "models_app", "Built-in model presets: list."),
     "quiz": (
-        "memcalc.quiz.command",
-        "quiz_command",
+        "memcalc.cli.quiz",
+        "quiz",
         "Learn where training memory goes: questions from the bank and computed for your "
         "model (English, Urdu).",
     ),
@@ -65,47 +64,13 @@ class _LazyGroup(click.Group):
         if name in COMMANDS and name not in self.commands:
             module, attribute, _ = COMMANDS[name]
             target = getattr(importlib.import_module(module), attribute)
-            self.add_command(_as_click(target, name), name)
+            self.add_command(target, name)
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list, from COMMANDS (nothing is imported to print it)."""
         with formatter.section("Commands"):
             formatter.write_dl([(name, summary) for name, (_, _, summary) in COMMANDS.items()])
-
-
-def _as_click(target: Any, name: str) -> click.Command:
-    """A click command, or a bridge to a command still written with typer (run by typer)."""
-    if isinstance(target, click.Command):
-        return target
-
-    @click.command(
-        name,
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-        add_help_option=False,
-    )
-    @click.pass_context
-    def bridge(ctx: click.Context) -> None:
-        import typer
-
-        sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-        sub.command(name)(target)
-        try:
-            from typer._click.exceptions import Exit, UsageError
-        except ImportError:  # pragma: no cover - older typer uses click itself
-            from click.exceptions import Exit, UsageError  # type: ignore[assignment]
-        try:
-            code = typer.main.get_command(sub).main(
-                args=list(ctx.args), prog_name=f"memcalc {name}", standalone_mode=False
-            )
-        except UsageError as e:
-            raise click.UsageError(e.format_message()) from None
-        except Exit as e:
-            raise click.exceptions.Exit(e.exit_code) from None
-        if isinstance(code, int) and code:
-            raise click.exceptions.Exit(code)
-
-    return bridge
 
 
 @click.group(

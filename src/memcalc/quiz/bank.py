@@ -3,15 +3,29 @@
 One pydantic model per level of a bank file, ``extra="forbid"`` throughout; questions generated
 from the learner's model (``generate.py``) are built with the same ``Question`` model, so they
 pass the same checks. A bad file gives one line naming the file, the question and the field.
+
+Besides its ``[[questions]]`` a bank file may name concepts (``[concepts]``: the words the
+review line and ``--stats`` use for a concept tag, in both languages). A question may carry
+per-option ``feedback`` (what picking each wrong option means) and a ``numeric`` answer (what
+``--typed`` accepts); both are optional, so older files stay valid.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from memcalc.errors import MemcalcError
 from memcalc.resources import data_dir
@@ -21,7 +35,10 @@ NUM_OPTIONS = 4
 """Every question has four options, answered a-d or 1-4."""
 
 LETTERS = "abcd"
-"""The letters of the options as shown."""
+"""The letters of the options as shown in English (and in JSON)."""
+
+URDU_LETTERS = "ابجد"
+"""The letters of the options as shown in Urdu: alif, be, jim, dal (the abjad order)."""
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 """Ids and concept tags: lower-case words joined by hyphens."""
@@ -80,6 +97,13 @@ class Text(BaseModel):
         description="The four answers, in the file's order (shuffled when asked).",
     )
     explanation: str = Field(min_length=1, description="Why the correct answer is right.")
+    feedback: list[str] | None = Field(
+        default=None,
+        min_length=NUM_OPTIONS,
+        max_length=NUM_OPTIONS,
+        description="Optional: the mistake each option stands for, shown when it is picked, in "
+        "the order of ``options``; an empty string for none (and for the correct option).",
+    )
 
     @field_validator("prompt", "explanation")
     @classmethod
@@ -98,6 +122,58 @@ class Text(BaseModel):
         return options
 
 
+class AnswerUnit(str, Enum):
+    """The unit of a numeric answer (``--typed``)."""
+
+    GiB = "GiB"
+    """Binary gibibytes (2^30 bytes); a learner may type any size unit."""
+    MiB = "MiB"
+    """Binary mebibytes (2^20 bytes)."""
+    KiB = "KiB"
+    """Binary kibibytes (2^10 bytes)."""
+    GB = "GB"
+    """Decimal gigabytes (10^9 bytes)."""
+    MB = "MB"
+    """Decimal megabytes (10^6 bytes)."""
+    bytes = "bytes"
+    """Bytes (also bytes per parameter or per element)."""
+    percent = "percent"
+    """A percentage (typed with or without %)."""
+    counted = "count"
+    """A whole number of things (layers, checkpoints); accepted only exactly."""
+
+
+class Numeric(BaseModel):
+    """The number a ``--typed`` learner types instead of picking an option."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: float = Field(description="The correct number, in ``unit``.")
+    unit: AnswerUnit = Field(description="Unit of ``value``.")
+    tolerance: float = Field(
+        default=0.02,
+        ge=0.0,
+        le=0.25,
+        description="Relative tolerance accepted (0.02 = within 2%); 0 = exactly.",
+    )
+
+
+ConceptSlug = Annotated[str, StringConstraints(pattern=SLUG_PATTERN)]
+
+
+class ConceptName(BaseModel):
+    """What a concept tag is called in each language (the review line, ``--stats``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    en: str = Field(min_length=1, description="English name.")
+    ur: str = Field(min_length=1, description="Urdu name.")
+
+    def text(self, lang: Lang) -> str:
+        """The name in ``lang``."""
+        return self.en if lang is Lang.en else self.ur
+
+
 class Question(BaseModel):
     """One multiple-choice question in both languages; ``correct`` indexes ``options``."""
 
@@ -110,17 +186,41 @@ class Question(BaseModel):
     correct: int = Field(ge=0, lt=NUM_OPTIONS, description="0-based index of the right option.")
     en: Text = Field(description="English text.")
     ur: Text = Field(description="Urdu text, options in the same order as English.")
+    numeric: Numeric | None = Field(
+        default=None, description="Optional: the number ``--typed`` asks for instead."
+    )
+
+    @model_validator(mode="after")
+    def _feedback_in_both_languages(self) -> Question:
+        if (self.en.feedback is None) != (self.ur.feedback is None):
+            given = "en" if self.en.feedback is not None else "ur"
+            raise ValueError(f"feedback: given in {given} only; give it in both languages")
+        for text in (self.en, self.ur):
+            if text.feedback is not None and text.feedback[self.correct].strip():
+                raise ValueError(
+                    f"feedback: entry {self.correct} is the correct option's; leave it empty "
+                    "(the explanation says why it is right)"
+                )
+        return self
 
     def text(self, lang: Lang) -> Text:
         """The question in ``lang``."""
         return self.en if lang is Lang.en else self.ur
 
+    def mistake(self, option: int, lang: Lang) -> str:
+        """What picking ``option`` (file order) means, or "" when the file says nothing."""
+        feedback = self.text(lang).feedback
+        return feedback[option].strip() if feedback else ""
+
 
 class BankFile(BaseModel):
-    """One ``quiz/*.toml`` file: a list of ``[[questions]]``."""
+    """One ``quiz/*.toml`` file: a list of ``[[questions]]`` and the names of concepts."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    concepts: dict[ConceptSlug, ConceptName] = Field(
+        default_factory=dict, description="Names of concept tags, e.g. gb-vs-gib = {en, ur}."
+    )
     questions: list[Question] = Field(min_length=1, description="The file's questions.")
 
     @model_validator(mode="after")
@@ -143,31 +243,66 @@ def bank_files(folder: Path | None = None) -> list[Path]:
     return sorted((folder or bank_dir()).glob("*.toml"))
 
 
-def load_bank_file(path: Path) -> list[Question]:
-    """The questions of one bank file; a MemcalcError naming the file and field otherwise."""
+def _read_bank_file(path: Path) -> BankFile:
     data = read_data_file(path)
     try:
-        return BankFile(**data).questions
+        return BankFile(**data)
     except ValidationError as e:
         raise MemcalcError(bank_error_message(path, data, e)) from None
 
 
-def load_bank(folder: Path | None = None) -> list[Question]:
-    """Every question of every bank file, in file order; ids must be unique across files."""
+def load_bank_file(path: Path) -> list[Question]:
+    """The questions of one bank file; a MemcalcError naming the file and field otherwise."""
+    return _read_bank_file(path).questions
+
+
+@dataclass(frozen=True)
+class Bank:
+    """Every bank file together: the questions and the names of their concepts."""
+
+    questions: list[Question]
+    concepts: dict[str, ConceptName]
+
+    def concept_name(self, concept: str, lang: Lang) -> str:
+        """The concept's name in ``lang``; the tag itself when no file names it."""
+        name = self.concepts.get(concept)
+        return name.text(lang) if name else concept
+
+
+def load_bank_data(folder: Path | None = None) -> Bank:
+    """Every question and concept name of every bank file, in file order. Question ids and
+    concept names are unique across files; a concept no file names is shown by its tag (the
+    tests require a name for every concept of the shipped bank)."""
     files = bank_files(folder)
     if not files:
         raise MemcalcError(f"{folder or bank_dir()}: no quiz bank files (*.toml)")
     questions: list[Question] = []
+    concepts: dict[str, ConceptName] = {}
     where: dict[str, Path] = {}
-    for path in files:
-        for i, q in enumerate(load_bank_file(path)):
+    named_in: dict[str, Path] = {}
+    parsed = [(path, _read_bank_file(path)) for path in files]
+    for path, bank_file in parsed:
+        for slug, name in bank_file.concepts.items():
+            if slug in named_in:
+                raise MemcalcError(
+                    f"{path}: concepts.{slug}: named twice (also in {named_in[slug]})"
+                )
+            named_in[slug] = path
+            concepts[slug] = name
+    for path, bank_file in parsed:
+        for i, q in enumerate(bank_file.questions):
             if q.id in where:
                 raise MemcalcError(
                     f"{path}: questions[{i}].id: duplicate id {q.id!r} (also in {where[q.id]})"
                 )
             where[q.id] = path
             questions.append(q)
-    return questions
+    return Bank(questions=questions, concepts=concepts)
+
+
+def load_bank(folder: Path | None = None) -> list[Question]:
+    """Every question of every bank file, in file order; ids must be unique across files."""
+    return load_bank_data(folder).questions
 
 
 def bank_error_message(path: Path, data: dict[str, Any], err: ValidationError) -> str:

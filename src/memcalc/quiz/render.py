@@ -1,20 +1,25 @@
 """Quiz output: the text blocks of a session or a study sheet, and the JSON of a scripted run.
 
-The words come from ``messages.py``; this module only arranges them.
+The words come from ``messages.py``; this module only arranges them into logical lines (one
+paragraph per line). Laying them out on a terminal (wrapping, right-to-left marks for Urdu) is
+``terminal.py``'s job; the study-sheet files are ``export.py``'s.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, Lang
+from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, URDU_LETTERS, Lang
 from memcalc.quiz.messages import DIFFICULTY_NAMES, MESSAGES, TOPIC_NAMES
+from memcalc.quiz.result import Outcome, Result
 from memcalc.quiz.select import Asked
+from memcalc.quiz.typed import answer_text, option_value, tolerance_text, unit_word
 
-if TYPE_CHECKING:  # session imports render; the type is only needed for annotations
-    from memcalc.quiz.session import Result
+ConceptNames = Callable[[str], str]
+"""A concept tag's name in the quiz's language."""
 
 
 @dataclass(frozen=True)
@@ -29,17 +34,23 @@ class QuizInfo:
     seq: int
     precision: str
     optimizer: str
+    attention: str
     seed: int
     lang: Lang
 
 
-def _option(item: Asked, position: int, lang: Lang) -> str:
-    return f"{LETTERS[position]}) {item.options(lang)[position]}"
+def letter(position: int, lang: Lang) -> str:
+    """The letter of an option as shown: a-d in English, ا ب ج د in Urdu."""
+    return (URDU_LETTERS if lang is Lang.ur else LETTERS)[position]
 
 
-def header(info: QuizInfo, count: int, *, sheet: bool = False) -> str:
+def option_line(item: Asked, position: int, lang: Lang) -> str:
+    """``b) 75.31 GiB``: an option with its letter."""
+    return f"{letter(position, lang)}) {item.options(lang)[position]}"
+
+
+def header(info: QuizInfo, count: int, *, key: str = "header") -> str:
     """The first line: the model the numbers are for, and the seed."""
-    key = "sheet_header" if sheet else "header"
     return MESSAGES[info.lang][key].format(
         count=count,
         model=info.model,
@@ -47,42 +58,107 @@ def header(info: QuizInfo, count: int, *, sheet: bool = False) -> str:
         seq=info.seq,
         precision=info.precision,
         optimizer=info.optimizer,
+        attention=info.attention,
         gpu=info.gpu,
         seed=info.seed,
     )
 
 
-def question_block(item: Asked, index: int, total: int, lang: Lang) -> str:
-    """The question with its options, lettered a-d in the order shown."""
+def question_title(item: Asked, index: int, total: int, lang: Lang) -> str:
+    """``Question 2/10 · recompute · hard · computed for your model``."""
     words = MESSAGES[lang]
     q = item.question
-    title = words["question"].format(
+    source = words["follow_up"] if item.follow_up else words[f"source.{item.source}"]
+    return words["question"].format(
         index=index + 1,
         total=total,
         topic=TOPIC_NAMES[lang][q.topic],
         difficulty=DIFFICULTY_NAMES[lang][q.difficulty],
-        source=words[f"source.{item.source}"],
+        source=source,
     )
-    lines = ["", title, q.text(lang).prompt]
-    lines += [f"  {_option(item, i, lang)}" for i in range(NUM_OPTIONS)]
+
+
+def is_typed(item: Asked, typed: bool) -> bool:
+    """True when this question is answered by typing a number."""
+    return typed and item.question.numeric is not None
+
+
+def question_block(item: Asked, index: int, total: int, lang: Lang, typed: bool = False) -> str:
+    """A blank line, the title, the question and (unless a number is typed) its options."""
+    lines = ["", question_title(item, index, total, lang), item.question.text(lang).prompt]
+    if not is_typed(item, typed):
+        lines += [f"  {option_line(item, i, lang)}" for i in range(NUM_OPTIONS)]
     return "\n".join(lines)
 
 
-def feedback(item: Asked, chosen: int, lang: Lang) -> str:
-    """Right or wrong, the correct answer, and the explanation."""
+def typed_prompt(item: Asked, lang: Lang) -> str:
+    """The prompt for a typed number: the unit to give and the tolerance."""
+    numeric = item.question.numeric
+    assert numeric is not None  # only asked for questions with a numeric answer
     words = MESSAGES[lang]
-    answer = _option(item, item.correct_position, lang)
-    if chosen == item.correct_position:
-        verdict = words["right"].format(answer=answer)
-    else:
-        verdict = words["wrong"].format(choice=_option(item, chosen, lang), answer=answer)
-    return "\n".join(
-        [verdict, words["why"].format(explanation=item.question.text(lang).explanation)]
+    return words["typed_prompt"].format(
+        unit_hint=unit_hint(item, lang), tolerance=tolerance_text(numeric, words["exactly"])
     )
 
 
-def summary(result: Result, info: QuizInfo) -> str:
-    """The score so far and the concepts to review."""
+def unit_hint(item: Asked, lang: Lang) -> str:
+    """How to write the number: with a size unit, as a percentage, or a bare count."""
+    numeric = item.question.numeric
+    words = MESSAGES[lang]
+    if numeric is None or unit_word(numeric) == "":
+        return words["typed_count_hint"]
+    return words["typed_percent_hint" if unit_word(numeric) == "%" else "typed_unit_hint"]
+
+
+def feedback(outcome: Outcome, lang: Lang) -> str:
+    """Right or wrong, the mistake the chosen option stands for, and the explanation."""
+    words, item = MESSAGES[lang], outcome.asked
+    answer = option_line(item, item.correct_position, lang)
+    lines = []
+    if outcome.chosen is None:
+        lines += _typed_feedback(outcome, lang)
+    elif outcome.is_correct:
+        lines.append(words["right"].format(answer=answer))
+    else:
+        choice = option_line(item, outcome.chosen, lang)
+        lines.append(words["wrong"].format(choice=choice, answer=answer))
+        mistake = item.mistake(outcome.chosen, lang)
+        if mistake:
+            lines.append(words["mistake"].format(mistake=mistake))
+    lines.append(words["why"].format(explanation=item.question.text(lang).explanation))
+    return "\n".join(lines)
+
+
+def _typed_feedback(outcome: Outcome, lang: Lang) -> list[str]:
+    words, item = MESSAGES[lang], outcome.asked
+    numeric = item.question.numeric
+    assert numeric is not None
+    values = {
+        "typed": outcome.typed or "",
+        "answer": answer_text(numeric),
+        "tolerance": tolerance_text(numeric, words["exactly"]),
+    }
+    if outcome.is_correct:
+        return [words["typed_right"].format(**values)]
+    lines = [words["typed_wrong"].format(**values)]
+    if outcome.typed_value is not None:
+        for position in range(NUM_OPTIONS):
+            if position == item.correct_position:
+                continue
+            value = option_value(item.options(Lang.en)[position], numeric)
+            mistake = item.mistake(position, lang)
+            close = value is not None and abs(value - outcome.typed_value) <= max(
+                numeric.tolerance * abs(value), 1e-9
+            )
+            if close and mistake:
+                option = item.options(lang)[position]
+                lines.append(words["typed_mistake"].format(option=option, mistake=mistake))
+                break
+    return lines
+
+
+def summary(result: Result, info: QuizInfo, concept_name: ConceptNames) -> str:
+    """The score so far and the concepts to review, by name."""
     words = MESSAGES[info.lang]
     lines = [""]
     if result.stopped:
@@ -92,7 +168,7 @@ def summary(result: Result, info: QuizInfo) -> str:
         lines.append(
             words["score"].format(correct=result.correct, answered=result.answered, percent=percent)
         )
-        review = result.review
+        review = [concept_name(c) for c in result.review]
         lines.append(
             words["review"].format(concepts=words["list_join"].join(review))
             if review
@@ -104,21 +180,41 @@ def summary(result: Result, info: QuizInfo) -> str:
     return "\n".join(lines)
 
 
+def interrupted_line(result: Result, lang: Lang) -> str:
+    """The one line printed when the learner presses Ctrl-C."""
+    return MESSAGES[lang]["interrupted"].format(
+        answered=result.answered, total=result.total, correct=result.correct
+    )
+
+
+def why_not(item: Asked, lang: Lang) -> list[str]:
+    """``Why not b): ...`` for each wrong option that names its mistake."""
+    words = MESSAGES[lang]
+    return [
+        words["why_not"].format(option=f"{letter(i, lang)})", mistake=item.mistake(i, lang))
+        for i in range(NUM_OPTIONS)
+        if i != item.correct_position and item.mistake(i, lang)
+    ]
+
+
 def study_sheet(asked: list[Asked], info: QuizInfo) -> str:
-    """``--reveal``: every question with its answer and explanation."""
+    """``--reveal``: every question with its answer, explanation and why the others are
+    wrong."""
     words = MESSAGES[info.lang]
-    blocks = [header(info, len(asked), sheet=True)]
+    blocks = [header(info, len(asked), key="sheet_header")]
     for index, item in enumerate(asked):
         blocks.append(question_block(item, index, len(asked), info.lang))
         blocks.append(
-            words["answer"].format(answer=_option(item, item.correct_position, info.lang))
+            words["answer"].format(answer=option_line(item, item.correct_position, info.lang))
         )
         blocks.append(words["why"].format(explanation=item.question.text(info.lang).explanation))
+        blocks += why_not(item, info.lang)
     return "\n".join(blocks)
 
 
-def _question_json(item: Asked, lang: Lang, chosen: int | None) -> dict[str, Any]:
+def _question_json(item: Asked, lang: Lang, outcome: Outcome | None) -> dict[str, Any]:
     q = item.question
+    chosen = outcome.chosen if outcome else None
     return {
         "id": q.id,
         "concept": q.concept,
@@ -127,9 +223,15 @@ def _question_json(item: Asked, lang: Lang, chosen: int | None) -> dict[str, Any
         "source": item.source,
         "prompt": q.text(lang).prompt,
         "options": item.options(lang),
-        "answer": None if chosen is None else LETTERS[chosen],
+        "answer": None if outcome is None else outcome.answer,
         "correct": LETTERS[item.correct_position],
-        "is_correct": None if chosen is None else chosen == item.correct_position,
+        "is_correct": None if outcome is None else outcome.is_correct,
+        "mistake": (item.mistake(chosen, lang) or None) if chosen is not None else None,
+        "mistakes": {
+            LETTERS[i]: item.mistake(i, lang)
+            for i in range(NUM_OPTIONS)
+            if i != item.correct_position and item.mistake(i, lang)
+        },
         "explanation": q.text(lang).explanation,
     }
 
@@ -137,7 +239,7 @@ def _question_json(item: Asked, lang: Lang, chosen: int | None) -> dict[str, Any
 def to_json(asked: list[Asked], info: QuizInfo, result: Result | None) -> str:
     """The quiz as JSON: every question (with the learner's answer when scripted), the score
     and the concepts to review; ``result`` is None for ``--reveal``."""
-    chosen = {id(o.asked): o.chosen for o in result.outcomes} if result else {}
+    outcomes = {id(o.asked): o for o in result.outcomes} if result else {}
     doc: dict[str, Any] = {
         "model": info.model,
         "gpu": info.gpu_profile,
@@ -145,9 +247,10 @@ def to_json(asked: list[Asked], info: QuizInfo, result: Result | None) -> str:
         "seq": info.seq,
         "precision": info.precision,
         "optimizer": info.optimizer,
+        "attention": info.attention,
         "lang": info.lang.value,
         "seed": info.seed,
-        "questions": [_question_json(a, info.lang, chosen.get(id(a))) for a in asked],
+        "questions": [_question_json(a, info.lang, outcomes.get(id(a))) for a in asked],
         "score": None
         if result is None
         else {

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
-from memcalc.errors import MemcalcError, one_of
+from memcalc.errors import one_of
 from memcalc.quiz.bank import NUM_OPTIONS, Difficulty, Lang, Question, Topic
+from memcalc.quiz.errors import QuizError
 
 DEFAULT_COUNT = 10
 """Questions per quiz when ``--count`` is not given."""
@@ -42,6 +43,8 @@ class Asked:
     order: tuple[int, ...]
     source: str
     """``bank`` or ``model``."""
+    follow_up: bool = False
+    """True for the sibling asked after a miss on the same concept."""
 
     def options(self, lang: Lang) -> list[str]:
         """The options in the order shown."""
@@ -52,6 +55,22 @@ class Asked:
     def correct_position(self) -> int:
         """0-based position of the correct option as shown."""
         return self.order.index(self.question.correct)
+
+    def mistake(self, position: int, lang: Lang) -> str:
+        """What picking the option shown at ``position`` means ("" when nothing is said)."""
+        return self.question.mistake(self.order[position], lang)
+
+
+def shuffled(question: Question, source: str, rng: random.Random, follow_up: bool = False) -> Asked:
+    """``question`` with its options in a random order."""
+    order = list(range(NUM_OPTIONS))
+    rng.shuffle(order)
+    return Asked(question, tuple(order), source, follow_up)
+
+
+def source_of(question: Question) -> str:
+    """``model`` for a generated question, ``bank`` otherwise."""
+    return "model" if question.id.startswith("model-") else "bank"
 
 
 def parse_enum(flag: str, value: str, enum: type[E]) -> E:
@@ -121,18 +140,26 @@ def pick(
             if difficulties
             else []
         )
-        raise MemcalcError(
-            f"{' and '.join(wanted) or '--source'}: no question matches"
-            f" (source {source.value}); try another topic or difficulty"
-        )
+        raise QuizError("no_match", wanted=" and ".join(wanted) or "--source", source=source.value)
     n_bank, n_model = split_count(count, len(bank_pool), len(model_pool), source)
     chosen = [(q, "bank") for q in rng.sample(bank_pool, n_bank)] + [
         (q, "model") for q in rng.sample(model_pool, n_model)
     ]
     rng.shuffle(chosen)
-    asked = []
-    for q, origin in chosen:
-        order = list(range(NUM_OPTIONS))
-        rng.shuffle(order)
-        asked.append(Asked(q, tuple(order), origin))
-    return asked
+    return [shuffled(q, origin, rng) for q, origin in chosen]
+
+
+def pick_review(
+    due_ids: list[str],
+    available: list[Question],
+    *,
+    count: int,
+    topics: frozenset[Topic],
+    difficulties: frozenset[Difficulty],
+    rng: random.Random,
+) -> list[Asked]:
+    """``--review``: the due or missed questions that still exist and pass the filters, in
+    the order given (missed first), at most ``count``, options shuffled."""
+    by_id = {q.id: q for q in matching(available, topics, difficulties)}
+    chosen = [by_id[i] for i in due_ids if i in by_id][:count]
+    return [shuffled(q, source_of(q), rng) for q in chosen]

@@ -2,122 +2,123 @@
 
 The loop is the same for a learner at the keyboard and for a script (``--answers``): it asks
 ``read`` for an answer and shows everything through ``write``. An invalid answer is asked
-again; end of input, Ctrl-C or ``q`` ends the quiz with the score so far.
+again; end of input or ``q`` ends the quiz with the score so far; Ctrl-C ends it as
+interrupted (the command prints one line and exits 130). After a miss, ``follow_up`` may
+schedule a sibling question on the same concept a few questions later.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
-from memcalc.errors import MemcalcError
 from memcalc.quiz import render
-from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, Lang
+from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, URDU_LETTERS, Lang
+from memcalc.quiz.errors import QuizError
 from memcalc.quiz.messages import MESSAGES
+from memcalc.quiz.result import Outcome, Result
 from memcalc.quiz.select import Asked
+from memcalc.quiz.typed import accepted, parse_typed
 
-QUIT_WORDS = frozenset({"q", "quit", "exit"})
+QUIT_WORDS = frozenset({"q", "quit", "exit", "ختم"})
+"""Typed instead of an answer, these end the quiz (``ختم``: Urdu for "end")."""
+
+FOLLOW_UP_GAP = 2
+"""A sibling of a missed question comes after this many other questions (or at the end)."""
+
+_DIGITS = {str(i + 1): i for i in range(NUM_OPTIONS)}
+_DIGITS |= {chr(0x06F1 + i): i for i in range(NUM_OPTIONS)}  # Urdu/Persian ۱ ۲ ۳ ۴
+_DIGITS |= {chr(0x0661 + i): i for i in range(NUM_OPTIONS)}  # Arabic-Indic ١ ٢ ٣ ٤
+_LETTERS = {c: i for i, c in enumerate(LETTERS)} | {c: i for i, c in enumerate(URDU_LETTERS)}
 
 
 class EndOfQuiz(Exception):
-    """The learner ended the quiz: end of input, Ctrl-C or ``q``."""
+    """The learner ended the quiz: end of input or ``q``."""
 
 
 def parse_answer(text: str) -> int | None:
-    """A 0-based option from ``a``-``d`` or ``1``-``4`` (case and a trailing ``)`` or ``.``
-    ignored); None when it is neither.
+    """A 0-based option from a letter (``a``-``d``, or Urdu ``ا ب ج د``) or a digit (``1``-``4``,
+    Urdu ``۱``-``۴`` or Arabic-Indic ``١``-``٤``); case, spaces and a trailing ``)``, ``.`` or
+    ``۔`` are ignored; None when it is none of these.
 
     >>> parse_answer("B"), parse_answer("3"), parse_answer("d)"), parse_answer("e")
     (1, 2, 3, None)
+    >>> parse_answer("ج"), parse_answer("۴"), parse_answer("٢")
+    (2, 3, 1)
     """
-    t = text.strip().lower().rstrip(").")
-    if len(t) == 1 and t in LETTERS:
-        return LETTERS.index(t)
-    if t.isdigit() and 1 <= int(t) <= NUM_OPTIONS:
-        return int(t) - 1
-    return None
+    t = text.strip().lower().rstrip(").۔")
+    if t in _LETTERS:
+        return _LETTERS[t]
+    return _DIGITS.get(t)
 
 
 def parse_answers(text: str) -> list[int]:
-    """``--answers b,d,a,c`` (letters or numbers, comma-separated) as 0-based options."""
-    parts = [p.strip() for p in text.split(",")]
+    """``--answers b,d,a,c`` (letters or numbers, comma-separated; the Urdu comma ``،``
+    too) as 0-based options."""
+    parts = [p.strip() for p in text.replace("،", ",").split(",")]
     out = []
     for i, part in enumerate(parts, start=1):
         choice = parse_answer(part)
         if choice is None:
-            raise MemcalcError(
-                f"--answers: answer {i} is {part!r}; use one of: a, b, c, d (or 1-4), "
-                "comma-separated, e.g. b,d,a,c"
-            )
+            raise QuizError("answers.bad", index=i, part=part)
         out.append(choice)
     return out
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One answered question."""
-
-    asked: Asked
-    chosen: int
-    """0-based position the learner chose, as shown."""
-
-    @property
-    def is_correct(self) -> bool:
-        return self.chosen == self.asked.correct_position
-
-
-@dataclass(frozen=True)
-class Result:
-    """What happened in one quiz."""
-
-    outcomes: tuple[Outcome, ...]
-    total: int
-    """Questions in the quiz, answered or not."""
-    stopped: bool
-    """True when the learner ended the quiz before the last question."""
-
-    @property
-    def answered(self) -> int:
-        return len(self.outcomes)
-
-    @property
-    def correct(self) -> int:
-        return sum(o.is_correct for o in self.outcomes)
-
-    @property
-    def review(self) -> list[str]:
-        """Concepts of the questions answered wrongly, each once, in the order asked."""
-        out: list[str] = []
-        for o in self.outcomes:
-            if not o.is_correct and o.asked.question.concept not in out:
-                out.append(o.asked.question.concept)
-        return out
 
 
 Reader = Callable[[str], str]
 """Shows a prompt and returns the answer typed; raises EndOfQuiz at the end of input."""
 Writer = Callable[[str], None]
 """Shows one block of text."""
+FollowUp = Callable[[Asked, set[str]], Asked | None]
+"""The sibling of a missed question, given the ids already asked or queued; None if none."""
+OnAnswer = Callable[[Outcome], None]
+"""Called after every answer (to save progress)."""
 
 
-def run_session(asked: list[Asked], lang: Lang, read: Reader, write: Writer) -> Result:
-    """Ask every question in turn, show right/wrong, the correct answer and the explanation;
-    stop cleanly at EndOfQuiz or Ctrl-C."""
+def run_session(
+    asked: list[Asked],
+    lang: Lang,
+    read: Reader,
+    write: Writer,
+    *,
+    typed: bool = False,
+    follow_up: FollowUp | None = None,
+    on_answer: OnAnswer | None = None,
+    pause: bool = False,
+) -> Result:
+    """Ask every question in turn, show right/wrong, the mistake and the explanation; after a
+    miss queue a sibling; stop cleanly at EndOfQuiz or Ctrl-C."""
+    queue = list(asked)
     outcomes: list[Outcome] = []
+    index = 0
     try:
-        for index, item in enumerate(asked):
-            write(render.question_block(item, index, len(asked), lang))
-            chosen = _ask(read, write, lang)
-            outcome = Outcome(item, chosen)
+        while index < len(queue):
+            item = queue[index]
+            write(render.question_block(item, index, len(queue), lang, typed))
+            if render.is_typed(item, typed):
+                outcome = _ask_number(item, read, write, lang)
+            else:
+                outcome = Outcome(item, _ask_letter(read, write, lang))
             outcomes.append(outcome)
-            write(render.feedback(item, chosen, lang))
-    except (EndOfQuiz, KeyboardInterrupt):
-        return Result(tuple(outcomes), len(asked), stopped=True)
-    return Result(tuple(outcomes), len(asked), stopped=False)
+            if on_answer is not None:
+                on_answer(outcome)
+            write(render.feedback(outcome, lang))
+            if not outcome.is_correct and follow_up is not None and not item.follow_up:
+                seen = {q.question.id for q in queue}
+                sibling = follow_up(item, seen)
+                if sibling is not None:
+                    queue.insert(min(index + 1 + FOLLOW_UP_GAP, len(queue)), sibling)
+            index += 1
+            if pause and index < len(queue):
+                _pause(read, lang)
+    except EndOfQuiz:
+        return Result(tuple(outcomes), len(queue), stopped=True)
+    except KeyboardInterrupt:
+        return Result(tuple(outcomes), len(queue), stopped=True, interrupted=True)
+    return Result(tuple(outcomes), len(queue), stopped=False)
 
 
-def _ask(read: Reader, write: Writer, lang: Lang) -> int:
-    """One valid answer, asking again after an invalid one."""
+def _ask_letter(read: Reader, write: Writer, lang: Lang) -> int:
+    """One valid option, asking again after an invalid answer."""
     words = MESSAGES[lang]
     while True:
         text = read(words["prompt"])
@@ -129,6 +130,29 @@ def _ask(read: Reader, write: Writer, lang: Lang) -> int:
         write(words["invalid"])
 
 
+def _ask_number(item: Asked, read: Reader, write: Writer, lang: Lang) -> Outcome:
+    """One number in a unit that fits the question, asking again after anything else."""
+    numeric = item.question.numeric
+    assert numeric is not None  # only called for questions with a numeric answer
+    words = MESSAGES[lang]
+    while True:
+        text = read(render.typed_prompt(item, lang))
+        if text.strip().lower() in QUIT_WORDS:
+            raise EndOfQuiz
+        value = parse_typed(text, numeric)
+        if value is not None:
+            return Outcome(
+                item, None, text.strip(), typed_value=value, correct=accepted(value, numeric)
+            )
+        write(words["typed_invalid"].format(unit_hint=render.unit_hint(item, lang)))
+
+
+def _pause(read: Reader, lang: Lang) -> None:
+    """Wait for Enter between questions (at a terminal); ``q`` ends the quiz."""
+    if read(MESSAGES[lang]["pause"]).strip().lower() in QUIT_WORDS:
+        raise EndOfQuiz
+
+
 def scripted_reader(answers: Iterable[int], write: Writer | None = None) -> Reader:
     """A Reader that gives the ``--answers`` in turn (shown through ``write`` when given, as
     if typed) and ends the quiz when they run out."""
@@ -136,11 +160,11 @@ def scripted_reader(answers: Iterable[int], write: Writer | None = None) -> Read
 
     def read(prompt: str) -> str:
         try:
-            letter = LETTERS[next(it)]
+            answer = LETTERS[next(it)]
         except StopIteration:
             raise EndOfQuiz from None
         if write is not None:
-            write(prompt + letter)
-        return letter
+            write(prompt + answer)
+        return answer
 
     return read

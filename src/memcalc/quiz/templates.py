@@ -1,16 +1,20 @@
 """English and Urdu text of the questions generated from the learner's model.
 
-Only words live here; every number is computed in ``generate.py`` from ``estimate`` and filled
-in with ``str.format``. Each template names the values it uses, so a translator can reorder
-them freely. Numbers, units (GiB, GB), dtypes and strategy names in code (``bf16-mixed``) stay
-in Latin script in Urdu, as in the bank files.
+Only words live here; every number is computed in ``kinds.py`` from ``estimate`` and filled in
+with ``str.format``. Each template names the values it uses, so a translator can reorder them
+freely. Numbers, units (GiB, MiB), dtypes and strategy names in code (``bf16-mixed``) stay in
+Latin script in Urdu, as in the bank files; the terminal isolates them (``bidi.py``).
+
+``MISTAKES`` holds what each distractor stands for: the sentence shown when a learner picks it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memcalc.estimate import Options
 from memcalc.quiz.bank import Lang
+from memcalc.strategies.recompute import Recompute
 
 
 @dataclass(frozen=True)
@@ -24,10 +28,11 @@ class Template:
 
 
 CONTEXT: dict[Lang, str] = {
-    Lang.en: "{model} (batch {batch}, sequence {seq}, {precision}, {optimizer})",
-    Lang.ur: "{model} (بیچ {batch}، سیکوئنس {seq}، {precision}، {optimizer})",
+    Lang.en: "{model} (batch {batch}, sequence {seq}, {precision}, {optimizer}{extra})",
+    Lang.ur: "{model} (بیچ {batch}، سیکوئنس {seq}، {precision}، {optimizer}{extra})",
 }
-"""How a prompt names the learner's setup."""
+"""How a prompt names the learner's setup (``extra``: the settings changed from the
+defaults, e.g. eager attention)."""
 
 LABELS: dict[Lang, dict[str, str]] = {
     Lang.en: {
@@ -44,6 +49,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "recompute.full": "full recompute",
         "offload.optimizer": "optimizer states to CPU",
         "offload.activations": "activations to CPU",
+        "offload.params": "parameters to CPU",
         "strategy_join": " + ",
         "nothing_needed": "Nothing: it already fits",
         "none_fits": "No recompute / offload combination makes it fit",
@@ -51,7 +57,23 @@ LABELS: dict[Lang, dict[str, str]] = {
         "phase.backward": "backward",
         "phase.optimizer step": "optimizer step",
         "list_join": "; ",
+        "list_sep": ", ",
         "cost_item": "{label} ({peak}, +{cost})",
+        "ctx.attention": "{attention} attention",
+        "ctx.loss": "{loss} loss",
+        "ctx.dropout": "dropout {dropout}",
+        "ctx.grad_dtype": "{grad_dtype} gradients",
+        "ctx.no_foreach": "per-tensor optimizer step",
+        "every_k": "k = {k}",
+        "every_k_line": "k = {k}: {worst}",
+        "term.parameters": "weights",
+        "term.gradients": "gradients",
+        "term.optimizer": "optimizer states",
+        "term.activations": "activations",
+        "term.transient": "short-lived tensors",
+        "term.overhead": "overhead",
+        "term.tensors": "tensors",
+        "moment_list": "{items} (each rounded), in all {sum}",
     },
     Lang.ur: {
         "bytes_per_param": "{n} بائٹس",
@@ -59,14 +81,15 @@ LABELS: dict[Lang, dict[str, str]] = {
         "gradients": "گریڈینٹس",
         "optimizer": "آپٹیمائزر اسٹیٹس",
         "activations": "بیک ورڈ کے لیے محفوظ ایکٹیویشنز",
-        "fits": "فٹ ہو جاتا ہے",
-        "does_not_fit": "فٹ نہیں ہوتا",
+        "fits": "فٹ ہو جاتی ہے",
+        "does_not_fit": "فٹ نہیں ہوتی",
         "peak_verdict": "{value}: {verdict}",
         "recompute.selective": "سلیکٹو ری کمپیوٹ",
         "recompute.every-k": "sqrt(N) چیک پوائنٹنگ (ہر {k} بلاکس پر)",
         "recompute.full": "فل ری کمپیوٹ",
         "offload.optimizer": "آپٹیمائزر اسٹیٹس CPU پر",
         "offload.activations": "ایکٹیویشنز CPU پر",
+        "offload.params": "پیرامیٹرز CPU پر",
         "strategy_join": " + ",
         "nothing_needed": "کچھ نہیں: یہ پہلے ہی فٹ ہو جاتا ہے",
         "none_fits": "ری کمپیوٹ / آف لوڈ کا کوئی بھی امتزاج اسے فٹ نہیں کرتا",
@@ -74,10 +97,37 @@ LABELS: dict[Lang, dict[str, str]] = {
         "phase.backward": "بیک ورڈ",
         "phase.optimizer step": "آپٹیمائزر اسٹیپ",
         "list_join": "؛ ",
+        "list_sep": "، ",
         "cost_item": "{label} ({peak}، +{cost})",
+        "ctx.attention": "{attention} اٹینشن",
+        "ctx.loss": "{loss} لاس",
+        "ctx.dropout": "ڈراپ آؤٹ {dropout}",
+        "ctx.grad_dtype": "{grad_dtype} گریڈینٹس",
+        "ctx.no_foreach": "ایک ایک ٹینسر والا آپٹیمائزر اسٹیپ",
+        "every_k": "k = {k}",
+        "every_k_line": "k = {k}: {worst}",
+        "term.parameters": "ویٹس",
+        "term.gradients": "گریڈینٹس",
+        "term.optimizer": "آپٹیمائزر اسٹیٹس",
+        "term.activations": "ایکٹیویشنز",
+        "term.transient": "عارضی ٹینسرز",
+        "term.overhead": "اوورہیڈ",
+        "term.tensors": "ٹینسرز",
+        "moment_list": "{items} (ہر ایک راؤنڈ شدہ)، کل ملا کر {sum}",
     },
 }
 """Option labels and short words the generators combine."""
+
+
+def strategy_label(options: Options, lang: Lang) -> str:
+    """A strategy in words, e.g. ``full recompute + optimizer states to CPU``."""
+    words = LABELS[lang]
+    parts = []
+    if options.recompute is not Recompute.none:
+        parts.append(words[f"recompute.{options.recompute.value}"].format(k=options.every))
+    parts += [words[f"offload.{o.what.value}"] for o in options.offload]
+    return words["strategy_join"].join(parts) if parts else words["nothing_needed"]
+
 
 TEMPLATES: dict[str, dict[Lang, Template]] = {
     "weights": {
@@ -86,67 +136,137 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "in {weight_dtype} ({weight_bytes} bytes each). How much GPU memory do the weights "
             "alone take?",
             explanation="{params} × {weight_bytes} bytes = {value_bytes} bytes = {value} "
-            "(1 GiB = 2^30 bytes). The same bytes are {value_gb} in decimal GB (10^9 bytes), "
-            "so reading GB and writing GiB gives {gb_as_gib}. The weights are only one of the "
-            "model states: the gradients add {grads} and the optimizer {optimizer}.",
+            "(1 GiB = 2^30 bytes, 1 MiB = 2^20). The same bytes are {value_gb} in decimal GB "
+            "(10^9 bytes). The weights are only one of the model states: the gradients add "
+            "{grads} and the optimizer {optimizer_b}.",
         ),
         Lang.ur: Template(
             prompt="{model} میں {params} پیرامیٹرز ہیں۔ {precision} میں اس کے ویٹس {weight_dtype} "
             "میں رکھے جاتے ہیں (ہر ایک {weight_bytes} بائٹس)۔ صرف ویٹس GPU کی کتنی میموری "
             "لیتے ہیں؟",
             explanation="{params} × {weight_bytes} بائٹس = {value_bytes} بائٹس = {value} "
-            "(1 GiB = 2^30 بائٹس)۔ یہی بائٹس ڈیسیمل GB (10^9 بائٹس) میں {value_gb} ہیں، اس لیے "
-            "GB پڑھ کر GiB لکھنے سے {gb_as_gib} بنتا ہے۔ ویٹس ماڈل اسٹیٹس کا صرف ایک حصہ ہیں: "
-            "گریڈینٹس مزید {grads} اور آپٹیمائزر {optimizer} لیتا ہے۔",
+            "(1 GiB = 2^30 بائٹس، 1 MiB = 2^20)۔ یہی بائٹس ڈیسیمل GB (10^9 بائٹس) میں "
+            "{value_gb} ہیں۔ ویٹس ماڈل اسٹیٹس کا صرف ایک حصہ ہیں: گریڈینٹس مزید {grads} "
+            "لیتے ہیں اور آپٹیمائزر {optimizer_b}۔",
         ),
     },
     "optimizer-states": {
         Lang.en: Template(
             prompt="You train {model} ({params} parameters) with {optimizer} under {precision}. "
             "How much GPU memory does the optimizer hold between steps?",
-            explanation="{optimizer} keeps {states_per_param} state tensor(s) per parameter in "
-            "{state_dtype}: {states}. {master_sentence}The per-tensor step counters add "
-            "{step_bytes} bytes. Total: {value}. Recompute and activation offload do not change "
-            "this number; optimizer offload or ZeRO do.",
+            explanation="{state_sentence}{master_sentence}{step_sentence}Total on the GPU: "
+            "{value}. Recompute and activation offload do not change this number; optimizer "
+            "offload or ZeRO do.",
             parts={
-                "master_mixed": "Under {precision} the optimizer also keeps an fp32 master copy "
-                "of the weights: {params} × 4 bytes = {master}; forgetting it gives {no_master}. ",
-                "master_none": "{precision} keeps no separate master copy of the weights. ",
+                "states.none": "Plain SGD keeps no state. ",
+                "states.one": "{optimizer} keeps one momentum buffer per parameter in "
+                "{state_dtype}: {states}. ",
+                "states.two": "{optimizer} keeps two state tensors per parameter (exp_avg m "
+                "and exp_avg_sq v) in {state_dtype}: {states}. ",
+                "states.eight_bit": "{optimizer} keeps m and v in 8 bits, plus one fp32 "
+                "absmax per 2048-element block (tensors under 4096 elements stay 32-bit): "
+                "{states}. ",
+                "states.factored": "{optimizer} keeps a factored second moment, one fp32 row "
+                "and one column vector per matrix (full size for vectors): {states}. ",
+                "master.mixed": "Under {precision} the optimizer also keeps an fp32 master "
+                "copy of the weights: {params} × 4 bytes = {master}; {states} + {master} "
+                "= {value_wo_step}. ",
+                "master.mixed_only": "Under {precision} the optimizer keeps an fp32 master "
+                "copy of the weights: {params} × 4 bytes = {master}. ",
+                "master.none": "{precision} keeps no separate master copy: the optimizer "
+                "updates the {state_dtype} weights themselves. ",
+                "step.none": "",
+                "step.counted": "This estimate also counts the {step_bytes} bytes of per-tensor "
+                "step counters on the GPU, where PyTorch keeps them only for fused or "
+                "capturable Adam. ",
+                "step.host": "The {step_bytes} bytes of per-tensor step counters are not in "
+                "it: PyTorch's default Adam/AdamW (neither fused nor capturable) keeps each "
+                "step as a CPU tensor. ",
             },
         ),
         Lang.ur: Template(
             prompt="آپ {model} ({params} پیرامیٹرز) کو {precision} میں {optimizer} کے ساتھ ٹرین "
             "کرتے ہیں۔ دو اسٹیپس کے درمیان آپٹیمائزر GPU کی کتنی میموری رکھتا ہے؟",
-            explanation="{optimizer} ہر پیرامیٹر کے لیے {states_per_param} اسٹیٹ ٹینسر "
-            "{state_dtype} میں رکھتا ہے: {states}۔ {master_sentence}ہر ٹینسر کے step کاؤنٹر "
-            "مزید {step_bytes} بائٹس لیتے ہیں۔ کل: {value}۔ ری کمپیوٹ اور ایکٹیویشن آف لوڈ "
-            "اس عدد کو نہیں بدلتے؛ آپٹیمائزر آف لوڈ یا ZeRO بدلتے ہیں۔",
+            explanation="{state_sentence}{master_sentence}{step_sentence}GPU پر کل: {value}۔ "
+            "ری کمپیوٹ اور ایکٹیویشن آف لوڈ اس عدد کو نہیں بدلتے؛ آپٹیمائزر آف لوڈ یا ZeRO "
+            "بدلتے ہیں۔",
             parts={
-                "master_mixed": "{precision} میں آپٹیمائزر ویٹس کی fp32 ماسٹر کاپی بھی رکھتا ہے: "
-                "{params} × 4 بائٹس = {master}؛ اسے بھول جائیں تو {no_master} بنتا ہے۔ ",
-                "master_none": "{precision} میں ویٹس کی کوئی الگ ماسٹر کاپی نہیں ہوتی۔ ",
+                "states.none": "سادہ SGD کوئی اسٹیٹ نہیں رکھتا۔ ",
+                "states.one": "{optimizer} ہر پیرامیٹر کے لیے {state_dtype} میں ایک مومینٹم "
+                "بفر رکھتا ہے: {states}۔ ",
+                "states.two": "{optimizer} ہر پیرامیٹر کے لیے {state_dtype} میں دو اسٹیٹ ٹینسر "
+                "(exp_avg یعنی m اور exp_avg_sq یعنی v) رکھتا ہے: {states}۔ ",
+                "states.eight_bit": "{optimizer}، m اور v کو 8 بٹس میں رکھتا ہے، ساتھ ہر 2048 "
+                "عناصر کے بلاک کا ایک fp32 absmax (4096 سے چھوٹے ٹینسر 32-bit رہتے ہیں): "
+                "{states}۔ ",
+                "states.factored": "{optimizer} فیکٹرڈ سیکنڈ مومنٹ رکھتا ہے، ہر میٹرکس کے لیے "
+                "fp32 کی ایک رو اور ایک کالم ویکٹر (ویکٹرز کے لیے پورا سائز): {states}۔ ",
+                "master.mixed": "{precision} میں آپٹیمائزر ویٹس کی fp32 ماسٹر کاپی بھی رکھتا "
+                "ہے: {params} × 4 بائٹس = {master}؛ {states} + {master} = {value_wo_step}۔ ",
+                "master.mixed_only": "{precision} میں آپٹیمائزر ویٹس کی fp32 ماسٹر کاپی رکھتا "
+                "ہے: {params} × 4 بائٹس = {master}۔ ",
+                "master.none": "{precision} میں کوئی الگ ماسٹر کاپی نہیں ہوتی: آپٹیمائزر "
+                "{state_dtype} ویٹس کو ہی اپڈیٹ کرتا ہے۔ ",
+                "step.none": "",
+                "step.counted": "یہ تخمینہ ہر ٹینسر کے step کاؤنٹرز کے {step_bytes} بائٹس بھی "
+                "GPU پر گنتا ہے، جہاں PyTorch انہیں صرف fused یا capturable Adam میں رکھتا ہے۔ ",
+                "step.host": "ہر ٹینسر کے step کاؤنٹرز کے {step_bytes} بائٹس اس میں شامل نہیں: "
+                "PyTorch کا ڈیفالٹ Adam/AdamW (نہ fused نہ capturable) ہر step کو CPU ٹینسر "
+                "کے طور پر رکھتا ہے۔ ",
             },
         ),
     },
     "bytes-per-param": {
         Lang.en: Template(
-            prompt="Counting weights, gradients and optimizer states (master weights "
-            "included), how many bytes per parameter does training {model} with {optimizer} "
-            "under {precision} take?",
+            prompt="Counting weights, gradients and optimizer states{prompt_states}, how many "
+            "bytes per parameter does training {model} with {optimizer} under {precision} "
+            "take?",
             explanation="Weights {w} ({weight_dtype}) + gradients {g} ({grad_dtype}) + "
-            "optimizer {o} = {n} bytes per parameter. Megatron's 18 keeps fp32 gradients; the "
-            "ZeRO paper's 16 assumes 16-bit gradients; an extra fp32 copy of the gradients "
-            "makes 20; forgetting the fp32 master weights gives 4 fewer. For {model}: "
-            "{n} × {params} = {total}, before a single activation.",
+            "optimizer {o} = {n} bytes per parameter. {recipe_sentence}For {model}: "
+            "{n} × {params} {approx} {total}, before a single activation.",
+            parts={
+                "with_master": " (fp32 master weights included)",
+                "no_master": "",
+                "mixed_adam": "The optimizer's share is the fp32 master copy (4) plus m and v "
+                "(8). Megatron's 18 keeps fp32 gradients; the ZeRO paper's 16 assumes 16-bit "
+                "gradients; an extra fp32 copy of the gradients makes 20; forgetting the "
+                "master weights gives 4 fewer. ",
+                "mixed_other": "The optimizer's share is the fp32 master copy (4) plus its "
+                "states in fp32. ",
+                "amp": "torch.autocast computes the matmuls in 16-bit but keeps the weights, "
+                "gradients and optimizer states in fp32: nothing else is stored per "
+                "parameter. ",
+                "fp32": "fp32 training stores each of them in fp32 and updates the weights "
+                "directly: nothing else is stored per parameter. ",
+                "pure16": "Pure 16-bit training stores weights, gradients and optimizer "
+                "states in {weight_dtype}: half of fp32's bytes, but updates below the "
+                "format's precision are lost. ",
+            },
         ),
         Lang.ur: Template(
-            prompt="ویٹس، گریڈینٹس اور آپٹیمائزر اسٹیٹس (ماسٹر ویٹس سمیت) گن کر، {model} کو "
+            prompt="ویٹس، گریڈینٹس اور آپٹیمائزر اسٹیٹس{prompt_states} گن کر، {model} کو "
             "{precision} میں {optimizer} کے ساتھ ٹرین کرنے پر فی پیرامیٹر کتنے بائٹس لگتے ہیں؟",
             explanation="ویٹس {w} ({weight_dtype}) + گریڈینٹس {g} ({grad_dtype}) + آپٹیمائزر "
-            "{o} = فی پیرامیٹر {n} بائٹس۔ Megatron کے 18 میں گریڈینٹس fp32 ہیں؛ ZeRO پیپر کے 16 "
-            "میں گریڈینٹس 16-bit ہیں؛ گریڈینٹس کی ایک اضافی fp32 کاپی سے 20 بنتے ہیں؛ fp32 "
-            "ماسٹر ویٹس بھولنے سے 4 کم۔ {model} کے لیے: {n} × {params} = {total}، ایک بھی "
-            "ایکٹیویشن سے پہلے۔",
+            "{o} = فی پیرامیٹر {n} بائٹس۔ {recipe_sentence}{model} کے لیے: "
+            "{n} × {params} {approx} {total}، ایک بھی ایکٹیویشن سے پہلے۔",
+            parts={
+                "with_master": " (fp32 ماسٹر ویٹس سمیت)",
+                "no_master": "",
+                "mixed_adam": "آپٹیمائزر کے حصے میں fp32 ماسٹر کاپی (4) اور m اور v (8) ہیں۔ "
+                "Megatron کے 18 میں گریڈینٹس fp32 ہیں؛ ZeRO پیپر کے 16 میں گریڈینٹس 16-bit "
+                "ہیں؛ گریڈینٹس کی ایک اضافی fp32 کاپی سے 20 بنتے ہیں؛ ماسٹر ویٹس بھول جانے سے "
+                "4 کم۔ ",
+                "mixed_other": "آپٹیمائزر کے حصے میں fp32 ماسٹر کاپی (4) اور fp32 میں اس کی "
+                "اسٹیٹس ہیں۔ ",
+                "amp": "torch.autocast میٹرکس ضربیں 16-bit میں کرتا ہے مگر ویٹس، گریڈینٹس اور "
+                "آپٹیمائزر اسٹیٹس fp32 میں رکھتا ہے: فی پیرامیٹر اس کے علاوہ کچھ محفوظ نہیں "
+                "ہوتا۔ ",
+                "fp32": "fp32 ٹریننگ ان سب کو fp32 میں رکھتی ہے اور ویٹس کو براہِ راست اپڈیٹ "
+                "کرتی ہے: فی پیرامیٹر اس کے علاوہ کچھ محفوظ نہیں ہوتا۔ ",
+                "pure16": "خالص 16-bit ٹریننگ ویٹس، گریڈینٹس اور آپٹیمائزر اسٹیٹس "
+                "{weight_dtype} میں رکھتی ہے: fp32 کے آدھے بائٹس، مگر فارمیٹ کی پریسیژن سے "
+                "چھوٹے اپڈیٹس ضائع ہو جاتے ہیں۔ ",
+            },
         ),
     },
     "dominant-component": {
@@ -154,34 +274,43 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             prompt="Without recompute or offload, which of the four memory components is the "
             "largest when training {ctx}?",
             explanation="Parameters {params_b}, gradients {grads_b}, optimizer states {opt_b}, "
-            "activations {acts_b}. Largest: {largest}. Activations grow with batch × "
-            "sequence ({tokens} tokens here); the other three grow only with the parameter "
-            "count.",
+            "activations {acts_b}. Largest: {largest} ({largest_b}). Activations grow with "
+            "batch × sequence ({tokens} tokens here); the other three grow only with the "
+            "parameter count.",
         ),
         Lang.ur: Template(
             prompt="ری کمپیوٹ یا آف لوڈ کے بغیر، {ctx} کی ٹریننگ میں میموری کے چار حصوں میں "
             "سب سے بڑا کون سا ہے؟",
             explanation="پیرامیٹرز {params_b}، گریڈینٹس {grads_b}، آپٹیمائزر اسٹیٹس {opt_b}، "
-            "ایکٹیویشنز {acts_b}۔ سب سے بڑا حصہ: {largest}۔ ایکٹیویشنز بیچ × سیکوئنس کے "
-            "ساتھ بڑھتی ہیں (یہاں {tokens} ٹوکنز)؛ باقی تین صرف پیرامیٹرز کی تعداد کے ساتھ۔",
+            "ایکٹیویشنز {acts_b}۔ سب سے بڑا حصہ: {largest} ({largest_b})۔ ایکٹیویشنز بیچ × "
+            "سیکوئنس کے ساتھ بڑھتی ہیں (یہاں {tokens} ٹوکنز)؛ باقی تین صرف پیرامیٹرز کی "
+            "تعداد کے ساتھ بڑھتے ہیں۔",
         ),
     },
     "activations": {
         Lang.en: Template(
             prompt="Without recompute, how much activation memory does training {ctx} keep on "
             "the GPU from the forward pass to the backward pass?",
-            explanation="Each of the {layers} blocks saves {per_block}; the embedding, the LM "
-            "head and the loss add {outside}; total {value}. {per_block} is one layer's "
-            "share, not the model's: multiply by the number of layers. With full recompute it "
-            "would be {full_value}, not zero: the block inputs and the loss's tensors stay.",
+            explanation="{blocks_sentence}; the embedding, the LM head and the loss keep "
+            "{outside} more: {sum}. One block's share ({per_block}) is not the model's. With "
+            "full recompute it would be {full_value}, not zero: the block inputs and the "
+            "loss's tensors stay.",
+            parts={
+                "blocks.uniform": "Each of the {layers} blocks saves {per_block}: {product}",
+                "blocks.varied": "The {layers} blocks save {in_blocks} together",
+            },
         ),
         Lang.ur: Template(
             prompt="ری کمپیوٹ کے بغیر، {ctx} کی ٹریننگ فارورڈ پاس سے بیک ورڈ پاس تک GPU پر "
             "کتنی ایکٹیویشن میموری رکھتی ہے؟",
-            explanation="{layers} بلاکس میں سے ہر ایک {per_block} محفوظ کرتا ہے؛ ایمبیڈنگ، LM "
-            "ہیڈ اور لاس {outside} مزید؛ کل {value}۔ {per_block} ایک لیئر کا حصہ ہے، پورے ماڈل "
-            "کا نہیں: اسے لیئرز کی تعداد سے ضرب دیں۔ فل ری کمپیوٹ کے ساتھ یہ {full_value} ہوتی، "
-            "صفر نہیں: بلاکس کے ان پٹ اور لاس کے ٹینسرز رہتے ہیں۔",
+            explanation="{blocks_sentence}؛ ایمبیڈنگ، LM ہیڈ اور لاس مزید {outside} رکھتے "
+            "ہیں: {sum}۔ ایک بلاک کا حصہ ({per_block}) پورے ماڈل کا نہیں۔ فل ری کمپیوٹ کے "
+            "ساتھ یہ {full_value} ہوتی، صفر نہیں: بلاکس کے ان پٹ اور لاس کے ٹینسرز رہتے ہیں۔",
+            parts={
+                "blocks.uniform": "{layers} بلاکس میں سے ہر ایک {per_block} محفوظ کرتا ہے: "
+                "{product}",
+                "blocks.varied": "{layers} بلاکس مل کر {in_blocks} محفوظ کرتے ہیں",
+            },
         ),
     },
     "full-recompute-saves": {
@@ -190,18 +319,16 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "its input), how much activation memory do you save?",
             explanation="No recompute keeps {none_value}; full recompute keeps {full_value} "
             "(the {layers} block inputs plus the tensors outside the blocks, such as the "
-            "loss's). Saved: {value}. Counting activations under full recompute as zero would "
-            "claim {none_value}. In backward one block is rebuilt at a time, adding {rebuild} "
-            "for a moment.",
+            "loss's). Saved: {difference}. In backward one block is rebuilt at a time, adding "
+            "{rebuild} for a moment.",
         ),
         Lang.ur: Template(
             prompt="{ctx} کو بغیر ری کمپیوٹ سے فل ری کمپیوٹ (ہر بلاک صرف اپنا ان پٹ رکھتا ہے) پر "
             "لے جانے سے کتنی ایکٹیویشن میموری بچتی ہے؟",
             explanation="بغیر ری کمپیوٹ کے {none_value} رہتی ہے؛ فل ری کمپیوٹ {full_value} رکھتا "
             "ہے ({layers} بلاکس کے ان پٹ اور بلاکس سے باہر کے ٹینسرز، جیسے لاس کے)۔ بچت: "
-            "{value}۔ فل ری کمپیوٹ میں ایکٹیویشنز کو صفر گننے سے {none_value} کا دعویٰ بنتا ہے۔ "
-            "بیک ورڈ میں ایک وقت میں ایک بلاک دوبارہ بنتا ہے، جو لمحہ بھر کے لیے {rebuild} "
-            "بڑھاتا ہے۔",
+            "{difference}۔ بیک ورڈ میں ایک وقت میں ایک بلاک دوبارہ بنتا ہے، جو لمحہ بھر کے لیے "
+            "{rebuild} بڑھاتا ہے۔",
         ),
     },
     "full-recompute-flops": {
@@ -212,8 +339,14 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "(backward ≈ 2 × forward). Recompute adds {extra}: one more forward of the "
             "{layers} blocks, but not of the embedding, the LM head and the loss. That is "
             "{value} of the step ({of_forward} of the forward alone), about {extra_time} per "
-            "step on {gpu} at {mfu} MFU. The textbook +33.3% assumes the whole forward is "
-            "recomputed.",
+            "step on {gpu} at {mfu} MFU. {textbook_sentence}",
+            parts={
+                "close": "That is close to the textbook +33%, which assumes the whole forward "
+                "is replayed: here the blocks are {of_forward} of the forward.",
+                "far": "The textbook +33% assumes the whole forward is replayed; here the "
+                "embedding, the LM head and the loss are {outside_share} of the forward and "
+                "are not, so the real figure is {value}.",
+            },
         ),
         Lang.ur: Template(
             prompt="فل ری کمپیوٹ بیک ورڈ کے دوران ہر بلاک کا فارورڈ دوسری بار چلاتا ہے۔ اس سے "
@@ -222,7 +355,14 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "(بیک ورڈ ≈ 2 × فارورڈ)۔ ری کمپیوٹ {extra} بڑھاتا ہے: {layers} بلاکس کا ایک اور "
             "فارورڈ، مگر ایمبیڈنگ، LM ہیڈ اور لاس کا نہیں۔ یہ اسٹیپ کا {value} ہے (صرف فارورڈ "
             "کا {of_forward})، یعنی {gpu} پر {mfu} MFU سے فی اسٹیپ تقریباً {extra_time}۔ "
-            "کتابی +33.3% یہ مانتا ہے کہ پورا فارورڈ دوبارہ چلتا ہے۔",
+            "{textbook_sentence}",
+            parts={
+                "close": "یہ نصابی +33% کے قریب ہے، جو یہ مانتا ہے کہ پورا فارورڈ دوبارہ چلتا "
+                "ہے: یہاں بلاکس فارورڈ کا {of_forward} ہیں۔",
+                "far": "نصابی +33% یہ مانتا ہے کہ پورا فارورڈ دوبارہ چلتا ہے؛ یہاں ایمبیڈنگ، "
+                "LM ہیڈ اور لاس فارورڈ کا {outside_share} ہیں اور دوبارہ نہیں چلتے، اس لیے "
+                "اصل عدد {value} ہے۔",
+            },
         ),
     },
     "sqrt-checkpoints": {
@@ -245,33 +385,102 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "دوبارہ بنتا ہے ({rebuild})۔",
         ),
     },
-    "fits": {
+    "every-k-peak": {
         Lang.en: Template(
-            prompt="Without recompute or offload, what is the estimated peak GPU memory of one "
-            "training step of {ctx}, and does it fit on one {gpu} ({gpu_memory})?",
-            explanation="The peak is the largest moment of the step, not the sum of the four "
-            "components: here it comes in the {phase} phase at {where}, {peak} plus {overhead} "
-            "of runtime overhead = {value}, against {gpu_memory} on {gpu}: it {verdict}. "
-            "Adding up parameters, gradients, optimizer states and all activations would give "
-            "{sum_value}.",
+            prompt="Training {ctx} with a checkpoint every k = {every} blocks (--recompute "
+            "every-k --every {every}): the forward keeps {segments} segment inputs, and "
+            "backward rebuilds one segment of {every} blocks at a time. How much activation "
+            "memory is alive at the worst moment of backward?",
+            explanation="What the forward keeps (the {segments} checkpoints and the tensors "
+            "outside the blocks) plus the segment being rebuilt ({every} blocks of {block} "
+            "each, less its checkpointed input, which is already kept): {sum}. Larger k keeps "
+            "fewer checkpoints but rebuilds more at once.",
         ),
         Lang.ur: Template(
-            prompt="ری کمپیوٹ یا آف لوڈ کے بغیر، {ctx} کے ایک ٹریننگ اسٹیپ کی متوقع پیک GPU "
-            "میموری کتنی ہے، اور کیا یہ ایک {gpu} ({gpu_memory}) پر فٹ ہوتی ہے؟",
+            prompt="{ctx} کو ہر k = {every} بلاکس پر ایک چیک پوائنٹ کے ساتھ ٹرین کرتے ہوئے "
+            "(--recompute every-k --every {every}): فارورڈ {segments} سیگمنٹس کے ان پٹ رکھتا "
+            "ہے، اور بیک ورڈ ایک وقت میں {every} بلاکس کا ایک سیگمنٹ دوبارہ بناتا ہے۔ بیک ورڈ "
+            "کے سب سے بھاری لمحے میں کتنی ایکٹیویشن میموری موجود ہوتی ہے؟",
+            explanation="فارورڈ جو رکھتا ہے ({segments} چیک پوائنٹس اور بلاکس سے باہر کے "
+            "ٹینسرز) اور دوبارہ بنتا سیگمنٹ ({every} بلاکس، ہر ایک {block}، سوائے اس چیک "
+            "پوائنٹ ان پٹ کے جو پہلے ہی رکھا ہوا ہے): {sum}۔ بڑا k کم چیک پوائنٹس رکھتا ہے "
+            "مگر ایک ساتھ زیادہ دوبارہ بناتا ہے۔",
+        ),
+    },
+    "every-k-best": {
+        Lang.en: Template(
+            prompt="{model} has N = {layers} blocks. Each block saves {block} without "
+            "recompute, and its input is {input}. Checkpointing every k blocks keeps ceil(N/k) "
+            "block inputs and rebuilds one segment of k blocks at a time in backward. For "
+            "{ctx}, which k gives the least activation memory at the worst moment of "
+            "backward (kept + rebuilt)?",
+            explanation="At the worst moment of backward (kept + rebuilt): {lines}. Fewer "
+            "checkpoints save block inputs, but every extra block in a segment costs a whole "
+            "block's activations at once, so the best k is near sqrt(N × input / block) = "
+            "sqrt({layers} × {input} / {block}) ≈ {k_star}, not sqrt(N): k = {best} "
+            "({best_worst}).",
+        ),
+        Lang.ur: Template(
+            prompt="{model} میں N = {layers} بلاکس ہیں۔ ری کمپیوٹ کے بغیر ہر بلاک {block} محفوظ "
+            "کرتا ہے، اور اس کا ان پٹ {input} ہے۔ ہر k بلاکس پر چیک پوائنٹ رکھنے سے ceil(N/k) "
+            "بلاک ان پٹس رہتے ہیں اور بیک ورڈ میں ایک وقت میں k بلاکس کا ایک سیگمنٹ دوبارہ "
+            "بنتا ہے۔ {ctx} کے لیے کون سا k بیک ورڈ کے سب سے بھاری لمحے میں (رکھی گئی + "
+            "دوبارہ بنی) سب سے کم ایکٹیویشن میموری دیتا ہے؟",
+            explanation="بیک ورڈ کے سب سے بھاری لمحے میں (رکھی گئی + دوبارہ بنی): {lines}۔ "
+            "کم چیک پوائنٹس بلاک ان پٹس بچاتے ہیں، مگر سیگمنٹ کا ہر اضافی بلاک ایک ساتھ "
+            "پورے بلاک کی ایکٹیویشنز لیتا ہے، اس لیے بہترین k تقریباً sqrt(N × input / block) = "
+            "sqrt({layers} × {input} / {block}) ≈ {k_star} کے قریب ہوتا ہے، sqrt(N) نہیں: "
+            "k = {best} ({best_worst})۔",
+        ),
+    },
+    "fits": {
+        Lang.en: Template(
+            prompt="Training {ctx} on one {gpu} ({gpu_memory}) without recompute or offload: "
+            "the weights take {params_b}, the gradients {grads_b}, the optimizer states "
+            "{opt_b} and the activations saved for backward {acts_b}; {temps_sentence}; and "
+            "the GPU profile assumes {overhead} of runtime overhead (CUDA context and library "
+            "workspaces). What is the estimated peak of one step, and does it fit?",
+            explanation="The peak is the largest moment of the step, not the sum of the four "
+            "components: here it comes in the {phase} phase ({where}): {moment}. Against "
+            "{gpu_memory} on {gpu}, it {verdict}. Adding all four components and the overhead "
+            "would give {sum_value}.",
+            parts={
+                "temps.foreach": "the optimizer step allocates {temps} of temporaries "
+                "(foreach: one state-sized buffer for all parameters at once)",
+                "temps.single": "the optimizer step allocates {temps} of temporaries (one "
+                "tensor at a time: the largest tensor's)",
+                "temps.none": "the optimizer step allocates no temporaries",
+            },
+        ),
+        Lang.ur: Template(
+            prompt="{ctx} کو ایک {gpu} ({gpu_memory}) پر ری کمپیوٹ یا آف لوڈ کے بغیر ٹرین "
+            "کرتے ہوئے: ویٹس {params_b} لیتے ہیں، گریڈینٹس {grads_b}، آپٹیمائزر اسٹیٹس "
+            "{opt_b} اور بیک ورڈ کے لیے محفوظ ایکٹیویشنز {acts_b}؛ {temps_sentence}؛ اور GPU "
+            "پروفائل {overhead} رن ٹائم اوورہیڈ (CUDA کانٹیکسٹ اور لائبریری ورک اسپیسز) فرض "
+            "کرتا ہے۔ ایک اسٹیپ کی متوقع پیک کتنی ہے، اور کیا یہ فٹ ہوتی ہے؟",
             explanation="پیک اسٹیپ کا سب سے بھاری لمحہ ہے، چار حصوں کا مجموعہ نہیں: یہاں یہ "
-            "{phase} مرحلے میں {where} پر آتا ہے، {peak} جمع {overhead} رن ٹائم اوورہیڈ = "
-            "{value}، جبکہ {gpu} پر {gpu_memory} ہے: {verdict}۔ پیرامیٹرز، گریڈینٹس، آپٹیمائزر "
-            "اسٹیٹس اور تمام ایکٹیویشنز جمع کرنے سے {sum_value} بنتا۔",
+            "{phase} مرحلے میں ({where}) آتی ہے: {moment}۔ {gpu} کی {gpu_memory} کے مقابلے "
+            "میں یہ {verdict}۔ چاروں حصے اور اوورہیڈ جمع کرنے سے {sum_value} بنتا۔",
+            parts={
+                "temps.foreach": "آپٹیمائزر اسٹیپ {temps} کے عارضی ٹینسرز بناتا ہے (foreach: "
+                "تمام پیرامیٹرز کے لیے ایک ساتھ ایک اسٹیٹ جتنا بفر)",
+                "temps.single": "آپٹیمائزر اسٹیپ {temps} کے عارضی ٹینسرز بناتا ہے (ایک وقت "
+                "میں ایک ٹینسر: سب سے بڑے ٹینسر جتنا)",
+                "temps.none": "آپٹیمائزر اسٹیپ کوئی عارضی ٹینسر نہیں بناتا",
+            },
         ),
     },
     "cheapest-fit": {
         Lang.en: Template(
-            prompt="What is the cheapest way (least time added per step by recompute FLOPs "
-            "and offload transfers) to make training {ctx} fit on one {gpu} ({gpu_memory})?",
+            prompt="What is the cheapest way to make training {ctx} fit on one {gpu} "
+            "({gpu_memory}, of which {overhead} is runtime overhead)? Cheapest means the least "
+            "time added per step: recompute FLOPs at {mfu} MFU plus offload transfers, counted "
+            "in full. When two strategies add the same time, the one with the lower peak, "
+            "then the simpler one, counts as cheaper.",
             explanation="{body}",
             parts={
-                "already": "Without any strategy the peak is {base_peak}, within {gpu_memory}: "
-                "nothing is needed, and every strategy would only add time.",
+                "already": "Without any strategy the peak is {base_peak}, within "
+                "{gpu_memory}: nothing is needed, and every strategy would only add time.",
                 "cheapest": "Without any strategy the peak is {base_peak}, over {gpu_memory}. "
                 "The cheapest that fits is {answer} ({answer_peak}, +{answer_cost} per step). "
                 "{others}{lesson}",
@@ -283,11 +492,15 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "{best_peak}, over {gpu_memory}. Recompute and offload are not enough here: "
                 "shard the model states across GPUs (ZeRO/FSDP), use a smaller micro-batch, or "
                 "use a larger GPU.",
+                "ties": "About the same time, so not among the options: {items}.",
             },
         ),
         Lang.ur: Template(
-            prompt="{ctx} کی ٹریننگ کو ایک {gpu} ({gpu_memory}) پر فٹ کرنے کا سب سے سستا طریقہ "
-            "کون سا ہے (ری کمپیوٹ FLOPs اور آف لوڈ ٹرانسفرز سے فی اسٹیپ سب سے کم اضافی وقت)؟",
+            prompt="{ctx} کی ٹریننگ کو ایک {gpu} ({gpu_memory}، جس میں {overhead} رن ٹائم "
+            "اوورہیڈ ہے) پر فٹ کرنے کا سب سے سستا طریقہ کون سا ہے؟ سب سے سستا یعنی فی اسٹیپ "
+            "سب سے کم اضافی وقت: {mfu} MFU پر ری کمپیوٹ کے FLOPs جمع آف لوڈ ٹرانسفرز، پورے "
+            "گنے ہوئے۔ اگر دو طریقے برابر وقت بڑھائیں تو کم پیک والا، اور پھر سادہ تر، سستا "
+            "مانا جاتا ہے۔",
             explanation="{body}",
             parts={
                 "already": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے، جو {gpu_memory} کے اندر "
@@ -302,8 +515,216 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "{best_peak} ہے، جو {gpu_memory} سے زیادہ ہے۔ یہاں ری کمپیوٹ اور آف لوڈ کافی "
                 "نہیں: ماڈل اسٹیٹس کو کئی GPUs میں شارڈ کریں (ZeRO/FSDP)، مائیکرو بیچ چھوٹا "
                 "کریں، یا بڑا GPU لیں۔",
+                "ties": "تقریباً اتنا ہی وقت، اس لیے آپشنز میں شامل نہیں: {items}۔",
             },
         ),
     },
 }
 """Prompt and explanation of each generated question, by question kind and language."""
+
+MISTAKES: dict[Lang, dict[str, str]] = {
+    Lang.en: {
+        # slips any size, count or percentage can carry
+        "gb_as_gib": "That is the size in decimal GB ({gb}) written as GiB: divide by 2^30, "
+        "not 10^9.",
+        "double": "That is twice the right figure: a factor of 2 crept in (two bytes where "
+        "there is one, or something counted twice).",
+        "half": "That is half the right figure: a factor of 2 went missing (one byte where "
+        "there are two, or something left out).",
+        "bits": "That is 8 times the right size: bits counted as bytes.",
+        "bytes_as_bits": "That is an eighth of the right size: bytes counted as bits.",
+        # weights
+        "weights.other_dtype": "That is {params} × the bytes of {other}; under {precision} "
+        "the weights are {weight_dtype}.",
+        "weights.all_states": "That is weights + gradients + optimizer states; the question "
+        "asks for the weights alone.",
+        # optimizer
+        "optimizer.forgot_master": "That leaves out the fp32 master copy of the weights "
+        "({master}) that {precision} keeps in the optimizer.",
+        "optimizer.states_16bit": "That keeps m and v in {weight_dtype}; under {precision} "
+        "they are fp32, like the master weights.",
+        "optimizer.one_state": "That counts one state per parameter; {optimizer} keeps two "
+        "(m and v).",
+        "optimizer.adam_states": "That is what Adam's two states (m and v) would take; "
+        "{optimizer} keeps less.",
+        "optimizer.all_states": "That adds the weights and gradients; the question asks "
+        "what the optimizer alone holds.",
+        "optimizer.momentum_state": "That is one momentum buffer per parameter; plain SGD "
+        "keeps none.",
+        "optimizer.master_only": "That is an fp32 master copy; {precision} keeps none.",
+        "optimizer.weights_copy": "That is a copy of the weights; plain SGD updates them in "
+        "place and keeps nothing.",
+        # bytes per parameter
+        "bpp.grads_16bit": "That is the ZeRO paper's count with 16-bit gradients; here the "
+        "gradients are fp32 (4 bytes).",
+        "bpp.grads_fp32": "That counts fp32 gradients (Megatron's 18); here they are {grad_dtype}.",
+        "bpp.forgot_master": "That forgets the fp32 master weights (4 bytes per parameter).",
+        "bpp.grad_copy": "That adds an extra fp32 copy of the gradients (Megatron's 20 "
+        "without the distributed optimizer); this recipe keeps one gradient.",
+        "bpp.no_master_here": "That adds a 4-byte master copy; {precision} keeps none (the "
+        "optimizer updates the {weight_dtype} weights themselves).",
+        "bpp.states_fp32": "That keeps the optimizer states in fp32; under {precision} they "
+        "are {state_dtype}.",
+        "bpp.forgot_grads": "That leaves out the gradients ({grad_dtype}, {g} bytes).",
+        "bpp.adam_states": "That counts Adam's two states (m and v); {optimizer} keeps less.",
+        "bpp.as_fp32": "That counts everything in fp32 (4 bytes each); under {precision} the "
+        "weights are {weight_dtype}.",
+        "bpp.as_mixed": "That is the count of a -mixed recipe (fp32 gradients, master weights "
+        "and states); {precision} keeps everything in {weight_dtype}.",
+        "bpp.forgot_optimizer": "That counts weights and gradients only; the optimizer's "
+        "{o} bytes are missing.",
+        # components
+        "dominant.smaller": "The {term} come to {size}; the {largest_term} are larger "
+        "({largest_b}).",
+        # activations
+        "acts.one_layer": "That is one block's share ({per_block}); the model has {layers} blocks.",
+        "acts.blocks_only": "That is the blocks alone; the embedding, the LM head and the "
+        "loss keep {outside} more.",
+        "acts.full": "That is what full recompute keeps ({full_value}); without recompute "
+        "every block keeps all its saved tensors.",
+        "saves.as_zero": "That counts activations under full recompute as zero; the block "
+        "inputs and the loss's tensors stay ({full_value}).",
+        "saves.kept": "That is what full recompute keeps, not what it saves.",
+        "saves.per_layer": "That is the saving of one block; there are {layers}.",
+        # FLOPs
+        "flops.of_forward": "That is the extra as a share of the forward alone ({extra} of "
+        "{forward}); a step is forward + backward, about 3 forwards.",
+        "flops.textbook": "That is the textbook +33.3%: it assumes the whole forward is "
+        "replayed, but the embedding, the LM head and the loss ({outside_share} of the "
+        "forward here) are not.",
+        "flops.whole_step": "That replays the whole step; only the blocks' forward runs "
+        "again, never the backward.",
+        "flops.against_backward": "That compares the extra forward with the backward alone "
+        "(1 of 2 units); the step is 3 units.",
+        "flops.two_forwards": "That replays the forward twice; full recompute replays it once.",
+        # checkpoint placement
+        "sqrt.every_block": "That is one checkpoint per block: full recompute, not sqrt(N).",
+        "sqrt.segment_length": "That is k, the length of a segment; the checkpoints are one "
+        "per segment: ceil({layers} / {k}).",
+        "sqrt.one": "One checkpoint would make backward rebuild the whole model at once.",
+        "sqrt.half": "That is N/2, a checkpoint every other block.",
+        "sqrt.off_by_one": "Off by one: the segments are ceil(N / k), rounding up.",
+        "everyk.forgot_rebuild": "That is only what the forward keeps; backward rebuilds a "
+        "segment of {every} blocks on top of it ({rebuild}).",
+        "everyk.one_block": "That rebuilds one block at a time, as full recompute does; "
+        "every-k rebuilds a whole segment of {every} blocks at once.",
+        "everyk.full": "That is full recompute's worst moment (k = 1).",
+        "everyk.none": "That keeps every saved tensor, as without recompute.",
+        "everyk.k1": "k = 1 is full recompute: every block input is kept, one block rebuilt "
+        "at a time; {worst} at the worst moment, more than k = {best} ({best_worst}).",
+        "everyk.worse": "k = {k} leaves {worst} alive at the worst moment, more than k = "
+        "{best} ({best_worst}).",
+        # peak
+        "fits.sum_all": "That adds all four components and the overhead as if they coexisted; "
+        "the peak is the largest single moment of the step.",
+        "fits.states_only": "That is the model states and the overhead only; the peak moment "
+        "also holds activations or temporaries.",
+        "fits.no_overhead": "That leaves out the {overhead} of runtime overhead the profile "
+        "assumes.",
+        "fits.verdict": "The size is right, but compare it with {gpu_memory}: it {verdict}.",
+        # cheapest fit
+        "cheap.base_not_fit": "Without any strategy the peak is {peak}, over {gpu_memory}.",
+        "cheap.not_fit": "{option} peaks at {peak}, over {gpu_memory}.",
+        "cheap.recompute_alone": "Full recompute alone still peaks at {peak}: it does not "
+        "touch parameters, gradients or optimizer states.",
+        "cheap.unneeded": "{option} also fits, but adds {cost} per step that is not needed.",
+        "cheap.costlier": "{option} fits ({peak}) but adds {cost} per step, more than "
+        "{answer_label} (+{answer_cost}).",
+        "cheap.none_fits": "{answer_label} fits, at {answer_peak}.",
+    },
+    Lang.ur: {
+        "gb_as_gib": "یہ ڈیسیمل GB ({gb}) والا عدد ہے جسے GiB لکھ دیا گیا: 10^9 نہیں، 2^30 "
+        "سے تقسیم کریں۔",
+        "double": "یہ درست عدد کا دو گنا ہے: کہیں 2 کا ضرب آ گیا (ایک بائٹ کی جگہ دو، یا "
+        "کوئی چیز دو بار گنی گئی)۔",
+        "half": "یہ درست عدد کا آدھا ہے: کہیں 2 کا ضرب رہ گیا (دو بائٹس کی جگہ ایک، یا کوئی "
+        "چیز گننے سے رہ گئی)۔",
+        "bits": "یہ درست سائز کا 8 گنا ہے: بٹس کو بائٹس گن لیا گیا۔",
+        "bytes_as_bits": "یہ درست سائز کا آٹھواں حصہ ہے: بائٹس کو بٹس گن لیا گیا۔",
+        "weights.other_dtype": "یہ {params} × {other} کے بائٹس ہے؛ {precision} میں ویٹس "
+        "{weight_dtype} ہیں۔",
+        "weights.all_states": "یہ ویٹس + گریڈینٹس + آپٹیمائزر اسٹیٹس ہے؛ سوال صرف ویٹس کا ہے۔",
+        "optimizer.forgot_master": "اس میں ویٹس کی وہ fp32 ماسٹر کاپی ({master}) شامل نہیں "
+        "جو {precision} آپٹیمائزر میں رکھتا ہے۔",
+        "optimizer.states_16bit": "یہ m اور v کو {weight_dtype} میں گنتا ہے؛ {precision} "
+        "میں یہ ماسٹر ویٹس کی طرح fp32 ہیں۔",
+        "optimizer.one_state": "یہ فی پیرامیٹر ایک اسٹیٹ گنتا ہے؛ {optimizer} دو (m اور v) "
+        "رکھتا ہے۔",
+        "optimizer.adam_states": "اتنی میموری Adam کی دو اسٹیٹس (m اور v) لیتیں؛ "
+        "{optimizer} اس سے کم رکھتا ہے۔",
+        "optimizer.all_states": "اس میں ویٹس اور گریڈینٹس بھی جمع ہیں؛ سوال صرف آپٹیمائزر کا ہے۔",
+        "optimizer.momentum_state": "یہ فی پیرامیٹر ایک مومینٹم بفر ہے؛ سادہ SGD کوئی نہیں رکھتا۔",
+        "optimizer.master_only": "یہ fp32 ماسٹر کاپی ہے؛ {precision} کوئی نہیں رکھتا۔",
+        "optimizer.weights_copy": "یہ ویٹس کی ایک کاپی ہے؛ سادہ SGD انہیں اپنی جگہ اپڈیٹ "
+        "کرتا ہے اور کچھ نہیں رکھتا۔",
+        "bpp.grads_16bit": "یہ ZeRO پیپر کی 16-bit گریڈینٹس والی گنتی ہے؛ یہاں گریڈینٹس "
+        "fp32 (4 بائٹس) ہیں۔",
+        "bpp.grads_fp32": "یہ fp32 گریڈینٹس گنتا ہے (Megatron کے 18)؛ یہاں گریڈینٹس "
+        "{grad_dtype} ہیں۔",
+        "bpp.forgot_master": "یہ fp32 ماسٹر ویٹس (فی پیرامیٹر 4 بائٹس) بھول جاتا ہے۔",
+        "bpp.grad_copy": "یہ گریڈینٹس کی ایک اضافی fp32 کاپی جوڑتا ہے (ڈسٹری بیوٹڈ "
+        "آپٹیمائزر کے بغیر Megatron کے 20)؛ یہ طریقہ ایک ہی گریڈینٹ رکھتا ہے۔",
+        "bpp.no_master_here": "یہ 4 بائٹس کی ماسٹر کاپی جوڑتا ہے؛ {precision} کوئی نہیں "
+        "رکھتا (آپٹیمائزر {weight_dtype} ویٹس کو ہی اپڈیٹ کرتا ہے)۔",
+        "bpp.states_fp32": "یہ آپٹیمائزر اسٹیٹس کو fp32 میں گنتا ہے؛ {precision} میں یہ "
+        "{state_dtype} ہیں۔",
+        "bpp.forgot_grads": "اس میں گریڈینٹس ({grad_dtype}، {g} بائٹس) شامل نہیں۔",
+        "bpp.adam_states": "یہ Adam کی دو اسٹیٹس (m اور v) گنتا ہے؛ {optimizer} اس سے کم رکھتا ہے۔",
+        "bpp.as_fp32": "یہ سب کچھ fp32 (ہر ایک 4 بائٹس) میں گنتا ہے؛ {precision} میں ویٹس "
+        "{weight_dtype} ہیں۔",
+        "bpp.as_mixed": "یہ کسی -mixed طریقے کی گنتی ہے (fp32 گریڈینٹس، ماسٹر ویٹس اور "
+        "اسٹیٹس)؛ {precision} سب کچھ {weight_dtype} میں رکھتا ہے۔",
+        "bpp.forgot_optimizer": "یہ صرف ویٹس اور گریڈینٹس گنتا ہے؛ آپٹیمائزر کے {o} بائٹس رہ گئے۔",
+        "dominant.smaller": "{term} {size} ہیں؛ {largest_term} ان سے زیادہ ہیں ({largest_b})۔",
+        "acts.one_layer": "یہ ایک بلاک کا حصہ ({per_block}) ہے؛ ماڈل میں {layers} بلاکس ہیں۔",
+        "acts.blocks_only": "یہ صرف بلاکس ہیں؛ ایمبیڈنگ، LM ہیڈ اور لاس مزید {outside} رکھتے ہیں۔",
+        "acts.full": "یہ وہ ہے جو فل ری کمپیوٹ رکھتا ہے ({full_value})؛ ری کمپیوٹ کے بغیر ہر "
+        "بلاک اپنے تمام محفوظ ٹینسرز رکھتا ہے۔",
+        "saves.as_zero": "یہ فل ری کمپیوٹ میں ایکٹیویشنز کو صفر گنتا ہے؛ بلاکس کے ان پٹ اور "
+        "لاس کے ٹینسرز رہتے ہیں ({full_value})۔",
+        "saves.kept": "یہ وہ ہے جو فل ری کمپیوٹ رکھتا ہے، نہ کہ جو بچاتا ہے۔",
+        "saves.per_layer": "یہ ایک بلاک کی بچت ہے؛ بلاکس {layers} ہیں۔",
+        "flops.of_forward": "یہ اضافہ صرف فارورڈ کے حصے کے طور پر ہے ({forward} میں سے "
+        "{extra})؛ اسٹیپ فارورڈ + بیک ورڈ ہے، تقریباً 3 فارورڈ۔",
+        "flops.textbook": "یہ نصابی +33.3% ہے: یہ مانتا ہے کہ پورا فارورڈ دوبارہ چلتا ہے، "
+        "مگر ایمبیڈنگ، LM ہیڈ اور لاس (یہاں فارورڈ کا {outside_share}) دوبارہ نہیں چلتے۔",
+        "flops.whole_step": "یہ پورا اسٹیپ دوبارہ چلاتا ہے؛ صرف بلاکس کا فارورڈ دوبارہ "
+        "چلتا ہے، بیک ورڈ کبھی نہیں۔",
+        "flops.against_backward": "یہ اضافی فارورڈ کا موازنہ صرف بیک ورڈ سے کرتا ہے (2 میں "
+        "سے 1 یونٹ)؛ اسٹیپ 3 یونٹ کا ہے۔",
+        "flops.two_forwards": "یہ فارورڈ دو بار دہراتا ہے؛ فل ری کمپیوٹ اسے ایک بار دہراتا ہے۔",
+        "sqrt.every_block": "یہ ہر بلاک کا ایک چیک پوائنٹ ہے: یہ فل ری کمپیوٹ ہے، sqrt(N) نہیں۔",
+        "sqrt.segment_length": "یہ k ہے، یعنی ایک سیگمنٹ کی لمبائی؛ چیک پوائنٹ ہر سیگمنٹ کا "
+        "ایک ہوتا ہے: ceil({layers} / {k})۔",
+        "sqrt.one": "ایک ہی چیک پوائنٹ ہو تو بیک ورڈ کو پورا ماڈل ایک ساتھ دوبارہ بنانا پڑتا۔",
+        "sqrt.half": "یہ N/2 ہے، یعنی ہر دوسرے بلاک پر ایک چیک پوائنٹ۔",
+        "sqrt.off_by_one": "ایک کا فرق: سیگمنٹس ceil(N / k) ہیں، اوپر کی طرف راؤنڈ کر کے۔",
+        "everyk.forgot_rebuild": "یہ صرف وہ ہے جو فارورڈ رکھتا ہے؛ بیک ورڈ اس کے اوپر "
+        "{every} بلاکس کا ایک سیگمنٹ دوبارہ بناتا ہے ({rebuild})۔",
+        "everyk.one_block": "یہ ایک وقت میں ایک بلاک دوبارہ بناتا ہے، جیسے فل ری کمپیوٹ؛ "
+        "every-k ایک ساتھ {every} بلاکس کا پورا سیگمنٹ دوبارہ بناتا ہے۔",
+        "everyk.full": "یہ فل ری کمپیوٹ (k = 1) کا سب سے بھاری لمحہ ہے۔",
+        "everyk.none": "یہ ہر محفوظ ٹینسر رکھتا ہے، جیسے ری کمپیوٹ کے بغیر۔",
+        "everyk.k1": "k = 1 فل ری کمپیوٹ ہے: ہر بلاک کا ان پٹ رکھا جاتا ہے اور ایک وقت میں "
+        "ایک بلاک دوبارہ بنتا ہے؛ سب سے بھاری لمحے میں {worst}، جو k = {best} ({best_worst}) "
+        "سے زیادہ ہے۔",
+        "everyk.worse": "k = {k} کے ساتھ سب سے بھاری لمحے میں {worst} موجود ہوتی ہے، جو "
+        "k = {best} ({best_worst}) سے زیادہ ہے۔",
+        "fits.sum_all": "یہ چاروں حصے اور اوورہیڈ ایسے جمع کرتا ہے جیسے سب ایک ساتھ موجود "
+        "ہوں؛ پیک اسٹیپ کا سب سے بھاری ایک لمحہ ہے۔",
+        "fits.states_only": "یہ صرف ماڈل اسٹیٹس اور اوورہیڈ ہیں؛ پیک کے لمحے میں "
+        "ایکٹیویشنز یا عارضی ٹینسرز بھی ہوتے ہیں۔",
+        "fits.no_overhead": "اس میں پروفائل کا فرض کردہ {overhead} رن ٹائم اوورہیڈ شامل نہیں۔",
+        "fits.verdict": "سائز درست ہے، مگر اس کا {gpu_memory} سے موازنہ کریں: یہ {verdict}۔",
+        "cheap.base_not_fit": "کسی حکمتِ عملی کے بغیر پیک {peak} ہے، جو {gpu_memory} سے زیادہ ہے۔",
+        "cheap.not_fit": "اس طریقے ({option}) سے پیک {peak} ہے، جو {gpu_memory} سے زیادہ ہے۔",
+        "cheap.recompute_alone": "صرف فل ری کمپیوٹ کے ساتھ بھی پیک {peak} ہے: یہ پیرامیٹرز، "
+        "گریڈینٹس اور آپٹیمائزر اسٹیٹس کو نہیں چھوتا۔",
+        "cheap.unneeded": "یہ طریقہ ({option}) بھی فٹ ہو جاتا ہے، مگر فی اسٹیپ {cost} بڑھاتا "
+        "ہے جس کی ضرورت نہیں۔",
+        "cheap.costlier": "یہ طریقہ ({option}) فٹ ہو جاتا ہے ({peak}) مگر فی اسٹیپ {cost} "
+        "بڑھاتا ہے، جو {answer_label} (+{answer_cost}) سے زیادہ ہے۔",
+        "cheap.none_fits": "ایک طریقہ فٹ ہو جاتا ہے: {answer_label}، پیک {answer_peak}۔",
+    },
+}
+"""What each distractor stands for, by mistake key and language: shown when it is picked."""
