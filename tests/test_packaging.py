@@ -22,7 +22,5 @@ def test_wheel_ships_profiles_and_quiz_bank(tmp_path):
     assert quiz == {p.name for p in (ROOT / "quiz").glob("*.toml")}
     assert "memcalc/measure/trace/__init__.py" in names
     # every module of the source tree ships (a package missing from pyproject would not)
-    sources = {
-        str(p.relative_to(ROOT / "src")) for p in (ROOT / "src" / "memcalc").rglob("*.py")
-    }
+    sources = {str(p.relative_to(ROOT / "src")) for p in (ROOT / "src" / "memcalc").rglob("*.py")}
     assert sources <= set(names), sorted(sources - set(names))

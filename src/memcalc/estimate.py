@@ -153,6 +153,7 @@ def estimate(
     options: Options = Options(),
     *,
     graph: OpGraph | None = None,
+    device: str = "cuda",
 ) -> Breakdown:
     """The Breakdown of one training step of a ModelSpec (lowered to its op graph), for the
     most loaded GPU rank; with pipeline parallelism ``stages`` holds every stage's.
@@ -194,7 +195,15 @@ def estimate(
                 st.graph, lm_head_numel=vocab * spec.hidden_size if st.is_last else 0
             )
             done[key] = estimate_graph(
-                spec.name, st.graph, counts, setup, gpu, options, notes=notes, stage=st
+                spec.name,
+                st.graph,
+                counts,
+                setup,
+                gpu,
+                options,
+                notes=notes,
+                stage=st,
+                device=device,
             )
         results.append(done[key])
     worst = max(results, key=lambda b: b.peak_bytes)
@@ -213,6 +222,7 @@ def estimate_graph(
     *,
     notes: tuple[str, ...] = (),
     stage: Stage | None = None,
+    device: str = "cuda",
 ) -> Breakdown:
     """The Breakdown of one training step of any op graph (lowered or traced) with its
     parameter tensors' counts, on one rank of ``stage`` (the whole model without pipeline
@@ -221,7 +231,7 @@ def estimate_graph(
     if stage is None:
         k, later = in_flight(0, par)
         stage = Stage(0, 0, graph, k, later, True, True)
-    opt = optimizer_bytes(setup, counts)
+    opt = optimizer_bytes(setup, counts, device)
     plan = plan_for(
         graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
     )
@@ -248,6 +258,11 @@ def estimate_graph(
     ]
     if setup.optimizer_foreach and opt.step_temporary_bytes:
         assumptions.append("foreach optimizer step: temporaries the size of all parameters")
+    if opt.step_tensor_bytes and not opt.step_on_device:
+        assumptions.append(
+            f"optimizer step counters ({opt.step_tensor_bytes} bytes) on the host: torch keeps "
+            "them on the GPU only for fused or capturable Adam"
+        )
 
     sharding = Sharding(par.shard_ranks, par.zero)
     assumptions.append(sharding.describe())

@@ -23,7 +23,9 @@ _STATES_PER_PARAM = {
     OptimizerKind.adamw: 2,
     OptimizerKind.lion: 1,
 }
-_HAS_STEP_TENSOR = {OptimizerKind.adam, OptimizerKind.adamw, OptimizerKind.adamw_8bit}
+_HAS_STEP_TENSOR = {OptimizerKind.adam, OptimizerKind.adamw}
+"""torch Adam/AdamW keep ``state["step"]`` as a tensor; bitsandbytes' 8-bit optimizers keep a
+Python int (``Optimizer8bit.init_state``)."""
 
 
 @dataclass(frozen=True)
@@ -39,13 +41,21 @@ class OptimizerBytes:
     step_temporary_bytes: int
     """Transient allocations inside ``optimizer.step()``."""
 
+    step_on_device: bool = True
+    """torch keeps ``step`` on the parameters' device only for fused or capturable Adam
+    (``adam.py`` ``_init_group``: ``torch.tensor(0.0)`` -- a CPU tensor -- otherwise); on a
+    GPU the default's step tensors are host memory."""
+
     @property
     def total_bytes(self) -> int:
-        """Everything the optimizer holds between steps."""
-        return self.state_bytes + self.master_weight_bytes + self.step_tensor_bytes
+        """Everything the optimizer holds on the device between steps."""
+        step = self.step_tensor_bytes if self.step_on_device else 0
+        return self.state_bytes + self.master_weight_bytes + step
 
 
-def optimizer_bytes(setup: TrainingSetup, counts: ParamCounts) -> OptimizerBytes:
+def optimizer_bytes(
+    setup: TrainingSetup, counts: ParamCounts, device: str = "cuda"
+) -> OptimizerBytes:
     """State, master weights and step temporaries for ``setup.optimizer``.
 
     Mixed-precision AdamW on GPT-2 small: 12 bytes per parameter (fp32 master + m + v):
@@ -69,14 +79,15 @@ def optimizer_bytes(setup: TrainingSetup, counts: ParamCounts) -> OptimizerBytes
         state = _STATES_PER_PARAM[kind] * p * state_size
     master = 4 * p if setup.precision.is_mixed else 0
     step = 4 * counts.tensors if kind in _HAS_STEP_TENSOR else 0
-    return OptimizerBytes(state, master, step, _step_temporaries(setup, counts))
+    on_device = device == "cpu" or setup.optimizer_fused
+    return OptimizerBytes(state, master, step, _step_temporaries(setup, counts), on_device)
 
 
 def _step_temporaries(setup: TrainingSetup, counts: ParamCounts) -> int:
     """torch ``_multi_tensor_adam(w)`` (foreach) allocates ``exp_avg_sq.sqrt()`` for all
     parameters at once: one state-sized copy of the whole model; the per-tensor loop allocates
     it for one tensor at a time (the largest). SGD-type and Lion steps update in place."""
-    if setup.optimizer not in (OptimizerKind.adam, OptimizerKind.adamw):
-        return 0
+    if setup.optimizer not in (OptimizerKind.adam, OptimizerKind.adamw) or setup.optimizer_fused:
+        return 0  # a fused step updates in place
     numel = counts.total if setup.optimizer_foreach else counts.largest_tensor
     return numel * setup.optimizer_dtype.itemsize

@@ -29,4 +29,4 @@ def estimate_reference_case(case: dict[str, Any], gpu: GpuProfile) -> tuple[OpGr
     )
     graph = lower(spec, setup, device="cpu")
     options = Options(recompute=Recompute(i["recompute"]))
-    return graph, estimate(spec, setup, gpu, options, graph=graph)
+    return graph, estimate(spec, setup, gpu, options, graph=graph, device="cpu")

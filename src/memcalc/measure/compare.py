@@ -45,8 +45,9 @@ def estimate_for(
     """The estimate to compare with a measurement on ``device`` (CPU kernels lowered as CPU)."""
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
-    graph = lower(spec, setup, device="cpu" if device.startswith("cpu") else "cuda")
-    return estimate(spec, setup, gpu, options, graph=graph)
+    kind = "cpu" if device.startswith("cpu") else "cuda"
+    graph = lower(spec, setup, device=kind)
+    return estimate(spec, setup, gpu, options, graph=graph, device=kind)
 
 
 def compare(b: Breakdown, m: Measurement) -> list[Row]:

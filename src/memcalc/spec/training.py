@@ -162,6 +162,10 @@ class TrainingSetup:
         "during step().",
         default=True,
     )
+    optimizer_fused: bool = spec_field(
+        "Fused Adam/AdamW (one CUDA kernel): updates in place, keeps step on the GPU.",
+        default=False,
+    )
     attention: Attention = spec_field("Attention kernel.", default=Attention.sdpa)
     loss: Loss = spec_field("Loss implementation.", default=Loss.standard)
     dropout: float | None = spec_field(
