@@ -361,6 +361,7 @@ def estimate_graph(
         ),
         buffer_bytes=buffers,
         reshard=par.fsdp_reshard,
+        first_layer=stage.first_layer,
     )
     peak = timeline.peak
     flops_per_s = gpu.matmul_flops_per_s(setup.activation_dtype) * options.mfu

@@ -14,10 +14,26 @@ from enum import Enum
 from typing import Any
 
 from memcalc.estimate import Breakdown, Options
+from memcalc.strategies.comms import Transfer
 from memcalc.spec.training import TrainingSetup
 from memcalc.units import Unit, format_flops, format_seconds, to_unit
 
 JSON_SCHEMA_VERSION = 1
+
+LAYOUT_FIELDS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "sp",
+    "vpp",
+    "microbatches",
+    "zero",
+    "fsdp_reshard",
+    "shard_size",
+    "bucket_view",
+)
 
 
 class Format(str, Enum):
@@ -65,6 +81,24 @@ def breakdown_record(b: Breakdown) -> dict[str, Any]:
         "fits": b.fits,
         "headroom_bytes": b.headroom_bytes,
         "note": b.activation_plan.note,
+        "buffer_bytes": b.buffer_bytes,
+        "time": b.time.as_dict() if b.time else None,
+        "communication": [_transfer_record(t) for t in b.transfers],
+        "stage": b.stage or None,
+        "stages": [breakdown_record(st) | {"stages": []} for st in b.stages],
+    }
+
+
+def _transfer_record(t: Transfer) -> dict[str, Any]:
+    return {
+        "dimension": t.dimension,
+        "collective": t.collective.value,
+        "ranks": t.ranks,
+        "payload_bytes": t.payload_bytes,
+        "wire_bytes": int(t.wire_bytes),
+        "link": t.link,
+        "seconds": t.seconds,
+        "overlaps_compute": t.overlaps,
     }
 
 
@@ -84,6 +118,10 @@ def _context(b: Breakdown) -> dict[str, Any]:
         "attention": s.attention.value,
         "loss": s.loss.value,
         "mfu": b.options.mfu,
+        "layout": {
+            "world_size": s.parallel.world_size,
+            **{k: getattr(s.parallel, k) for k in LAYOUT_FIELDS},
+        },
         "assumptions": list(b.assumptions),
     }
 

@@ -140,6 +140,7 @@ def step_timeline(
     others_later: int | None = None,
     buffer_bytes: int = 0,
     reshard: bool = True,
+    first_layer: int = 0,
 ) -> Timeline:
     """Moments of one step (after ``zero_grad(set_to_none=True)``: no gradients at the start).
 
@@ -156,6 +157,7 @@ def step_timeline(
     Micro-batches: ``others_first`` bytes of other micro-batches' activations are held during
     the first micro-batch's backward (pipeline 1F1B); with gradient accumulation, a later
     micro-batch's backward (``others_later`` held) runs with every gradient already written.
+    ``first_layer`` numbers the layers of a pipeline stage as the whole model does.
     ``buffer_bytes`` (DDP's gradient buckets) are on the GPU throughout; ``reshard`` False
     (FSDP ``reshard_after_forward=False``) keeps every layer's gathered weights from its
     forward until its backward.
@@ -260,7 +262,7 @@ def step_timeline(
                 numel = unsharded_below(i + 1) + (block_params[kind] if i else 0)
             return Moment(
                 "backward",
-                f"{label}block {i}: {name}",
+                f"{label}block {first_layer + i}: {name}",
                 P + gathered(numel),  # this block and the prefetched next
                 on_gpu,
                 OPT,

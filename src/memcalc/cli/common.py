@@ -109,6 +109,12 @@ setup_options = options(
         help="Multi-tensor optimizer step (temporaries the size of all parameters).",
     ),
     click.option(
+        "--fused/--no-fused",
+        default=False,
+        show_default=True,
+        help="Fused AdamW (in place, step counters on the GPU).",
+    ),
+    click.option(
         "--attention",
         type=EnumChoice(Attention),
         default=Attention.sdpa.value,
@@ -266,4 +272,6 @@ def setup_fields(values: dict[str, Any]) -> dict[str, Any]:
     fields = {k: values[k] for k in SETUP_KEYS if k in values} | layout_fields(values)
     if "foreach" in values:
         fields["optimizer_foreach"] = values["foreach"]
+    if "fused" in values:
+        fields["optimizer_fused"] = values["fused"]
     return fields

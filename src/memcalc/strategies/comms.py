@@ -21,9 +21,10 @@ What each dimension sends per step (per rank, model dtype p, micro-batch tokens 
 - EP (Lepikhin et al. 2021): per MoE layer and micro-batch an all-to-all dispatch and combine
   of T k h p in forward and again in backward.
 - DP: DDP all-reduces the gradients once per step (``no_sync`` during accumulation),
-  overlapping backward; ZeRO-1/2 reduce-scatter the gradients and all-gather the updated
-  parameters; ZeRO-3 / FSDP all-gathers the parameters in forward and (with resharding) again
-  in backward per micro-batch, and reduce-scatters gradients per micro-batch.
+  overlapping backward; ZeRO-1 (Megatron's distributed optimizer) reduce-scatters the
+  accumulated gradients once and all-gathers the updated parameters; ZeRO-2 reduce-scatters
+  each micro-batch's gradients; ZeRO-3 / FSDP all-gathers the parameters in forward and (with
+  resharding) again in backward per micro-batch, and reduce-scatters gradients per micro-batch.
 """
 
 from __future__ import annotations
@@ -158,7 +159,12 @@ def step_transfers(par: Parallelism, shape: StepShape, links: Links) -> list[Tra
         weights = shape.stage_params * shape.weight_bytes_per_param
         if par.zero == 0:
             out.append(Transfer("dp", Collective.all_reduce, par.dp, grads, bw, link, True))
-        elif par.zero < 3:
+        elif par.zero == 1:
+            # full gradients accumulate locally; one reduce-scatter at the step
+            out.append(Transfer("dp", Collective.reduce_scatter, d, grads, bw, link, True))
+            out.append(Transfer("dp", Collective.all_gather, d, weights, bw, link, False))
+        elif par.zero == 2:
+            # sharded gradients: each micro-batch's are reduce-scattered as they appear
             out.append(Transfer("dp", Collective.reduce_scatter, d, grads * m, bw, link, True))
             out.append(Transfer("dp", Collective.all_gather, d, weights, bw, link, False))
         else:
