@@ -14,8 +14,8 @@ from enum import Enum
 from typing import Any
 
 from memcalc.estimate import Breakdown, Options
-from memcalc.strategies.comms import Transfer
 from memcalc.spec.training import TrainingSetup
+from memcalc.strategies.comms import Transfer
 from memcalc.units import Unit, format_flops, format_seconds, to_unit
 
 JSON_SCHEMA_VERSION = 1
