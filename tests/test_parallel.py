@@ -7,7 +7,6 @@ import math
 import pytest
 
 from memcalc.cli import main
-from memcalc.errors import MemcalcError
 from memcalc.estimate import Options, estimate
 from memcalc.graph.lower import lower
 from memcalc.params import count_params
