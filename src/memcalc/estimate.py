@@ -236,8 +236,8 @@ def estimate_graph(
         graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
     )
     offloaded = {o.what: o for o in options.offload}
-    params_b = counts.total * setup.weight_dtype.itemsize
-    grads_b = counts.total * setup.gradient_dtype.itemsize
+    params_b = counts.weight_bytes(setup.weight_dtype.itemsize)
+    grads_b = counts.grad_bytes(setup.gradient_dtype.itemsize)
     opt_b = opt.total_bytes
     assumptions = [
         f"precision {setup.precision.value}: weights {setup.weight_dtype.value}, gradients "
@@ -280,6 +280,8 @@ def estimate_graph(
     if OffloadWhat.params in offloaded and OffloadWhat.optimizer not in offloaded:
         offloaded[OffloadWhat.optimizer] = Offload.parse("optimizer=cpu")
         assumptions.append("params=cpu implies optimizer=cpu (ZeRO-3 offload requires it)")
+    if setup.lora is not None:
+        assumptions.append(_lora_note(setup, counts))
     if OffloadWhat.optimizer in offloaded:
         where = offloaded[OffloadWhat.optimizer].where.value
         moved = grads_b + params_b  # gradients down, updated weights up (ZeRO-Offload)
@@ -295,7 +297,7 @@ def estimate_graph(
             exposed += 2 * opt_b / options.nvme_bytes_per_s
         overlapped += grads_b / link
         exposed += params_b / link
-        cpu_step = sharding.share(counts.total, from_stage=1) / gpu.cpu_adam_params_per_s
+        cpu_step = sharding.share(counts.trainable, from_stage=1) / gpu.cpu_adam_params_per_s
         gpu_opt, step_temp = 0, 0
         assumptions.append(
             f"optimizer step on the CPU ({where}) at {gpu.cpu_adam_params_per_s:.3g} "
@@ -304,7 +306,7 @@ def estimate_graph(
     if OffloadWhat.params in offloaded:
         resident = max(2 * counts.per_block, counts.embedding, counts.head)
         gpu_params = resident * setup.weight_dtype.itemsize
-        gpu_grads = resident * setup.gradient_dtype.itemsize
+        gpu_grads = min(grads_b, resident * setup.gradient_dtype.itemsize)
         traffic = Traffic(
             host_bytes=traffic.host_bytes + params_b,
             nvme_bytes=traffic.nvme_bytes,
@@ -333,7 +335,7 @@ def estimate_graph(
 
     buffers = 0
     if par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed and not par.bucket_view:
-        buffers = counts.total * setup.gradient_dtype.itemsize
+        buffers = counts.grad_bytes(setup.gradient_dtype.itemsize)
         assumptions.append(
             "DDP: gradient buckets hold a copy of every gradient (gradient_as_bucket_view=False, "
             "the torch default; --bucket-view removes it)"
@@ -414,6 +416,27 @@ def estimate_graph(
     )
 
 
+def _lora_note(setup: TrainingSetup, counts: ParamCounts) -> str:
+    lora = setup.lora
+    assert lora is not None
+    parts = [
+        f"LoRA r={lora.rank} on {', '.join(lora.targets) or 'PEFT default targets'} "
+        f"({lora.adapter_dtype.value} adapters): {counts.trainable:,} trainable, "
+        f"{counts.frozen:,} frozen parameters (no gradient, no optimizer state)"
+    ]
+    if setup.quantize.value != "none":
+        parts.append(f"base linear weights {setup.quantize.value} (bitsandbytes storage)")
+    if setup.prepared_for_kbit:
+        parts.append("prepare_model_for_kbit_training: non-quantized parameters in fp32")
+    parts.append(
+        "first layer saves from its first op (embedding output requires grad)"
+        if setup.embedding_output_requires_grad
+        else "the frozen embedding's output needs no grad: the first layer's first norm saves "
+        "nothing"
+    )
+    return "; ".join(parts)
+
+
 def _step_shape(
     graph: OpGraph, counts: ParamCounts, setup: TrainingSetup, plan: ActivationPlan
 ) -> StepShape:
@@ -434,7 +457,7 @@ def _step_shape(
         layers=graph.num_layers,
         moe_layers=0,
         top_k=1,
-        stage_params=counts.total,
+        stage_params=counts.trainable,
         recompute_forwards=forwards,
     )
 

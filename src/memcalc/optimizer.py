@@ -67,8 +67,11 @@ def optimizer_bytes(
     >>> (ob.state_bytes + ob.master_weight_bytes) // count_params(spec).total
     12
     """
+    counts = counts.optimizer_counts  # only trainable tensors have optimizer state
     kind = setup.optimizer
     p = counts.total
+    # tensors stored in a dtype of their own (fp32 LoRA adapters) keep states in that dtype
+    recipe = p - counts.fixed_numel
     state_size = setup.optimizer_dtype.itemsize
     if kind is OptimizerKind.adamw_8bit:
         big = p - counts.small_tensor_numel
@@ -76,8 +79,8 @@ def optimizer_bytes(
     elif kind is OptimizerKind.adafactor:
         state = counts.adafactor_state_elements * 4
     else:
-        state = _STATES_PER_PARAM[kind] * p * state_size
-    master = 4 * p if setup.precision.is_mixed else 0
+        state = _STATES_PER_PARAM[kind] * (recipe * state_size + counts.fixed_bytes)
+    master = 4 * recipe if setup.precision.is_mixed else 0
     step = 4 * counts.tensors if kind in _HAS_STEP_TENSOR else 0
     on_device = device == "cpu" or setup.optimizer_fused
     return OptimizerBytes(state, master, step, _step_temporaries(setup, counts), on_device)
@@ -89,5 +92,8 @@ def _step_temporaries(setup: TrainingSetup, counts: ParamCounts) -> int:
     it for one tensor at a time (the largest). SGD-type and Lion steps update in place."""
     if setup.optimizer not in (OptimizerKind.adam, OptimizerKind.adamw) or setup.optimizer_fused:
         return 0  # a fused step updates in place
-    numel = counts.total if setup.optimizer_foreach else counts.largest_tensor
-    return numel * setup.optimizer_dtype.itemsize
+    counts = counts.optimizer_counts
+    if not setup.optimizer_foreach:
+        return counts.largest_tensor * setup.optimizer_dtype.itemsize
+    recipe = counts.total - counts.fixed_numel
+    return recipe * setup.optimizer_dtype.itemsize + counts.fixed_bytes

@@ -54,10 +54,45 @@ class ParamCounts:
     """Adafactor's factored second moment: rows + columns per matrix, numel per vector."""
     small_tensor_numel: int
     """Elements in tensors under BNB_MIN_NUMEL (8-bit optimizers keep them in 32 bit)."""
+    trainable_numel: int = -1
+    """Elements with a gradient (-1: all of them)."""
+    fixed_numel: int = 0
+    """Elements stored in a dtype of their own (fp32 adapters, k-bit upcasts) or quantized."""
+    fixed_bytes: int = 0
+    """Bytes of those."""
+    fixed_trainable_numel: int = 0
+    """Trainable elements stored in a dtype of their own (their gradients and optimizer
+    states take that dtype: torch keeps a gradient in its parameter's dtype)."""
+    fixed_trainable_bytes: int = 0
+    trainable_view: ParamCounts | None = None
+    """The same counts over the trainable tensors only (what the optimizer holds); None: all
+    tensors are trainable."""
 
     @property
     def total(self) -> int:
         return self.embedding + self.attention + self.mlp + self.norms + self.head
+
+    @property
+    def trainable(self) -> int:
+        return self.total if self.trainable_numel < 0 else self.trainable_numel
+
+    @property
+    def frozen(self) -> int:
+        return self.total - self.trainable
+
+    @property
+    def optimizer_counts(self) -> ParamCounts:
+        """What the optimizer sees: the trainable tensors."""
+        return self.trainable_view or self
+
+    def weight_bytes(self, weight_itemsize: int) -> int:
+        """Bytes of every parameter on the device."""
+        return (self.total - self.fixed_numel) * weight_itemsize + self.fixed_bytes
+
+    def grad_bytes(self, grad_itemsize: int) -> int:
+        """Bytes of every gradient."""
+        recipe = self.trainable - self.fixed_trainable_numel
+        return recipe * grad_itemsize + self.fixed_trainable_bytes
 
     def as_dict(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in COMPONENTS}
@@ -91,6 +126,9 @@ class ParamCounts:
         """Totals from groups of parameter tensors, each present ``count`` times (one group
         per block kind, and one for what lies outside the blocks): no loop over the layers."""
         groups = [(items, count) for items, count in groups if count and items]
+        fixed = [(t, n) for items, n in groups for t in items if t.dtype or t.quant]
+        trainable_groups = [([t for t in items if t.trainable], n) for items, n in groups]
+        all_trainable = all(t.trainable for items, _ in groups for t in items)
         by_comp = {
             c: sum(n * t.numel for items, n in groups for t in items if t.component == c)
             for c in COMPONENTS
@@ -99,7 +137,7 @@ class ParamCounts:
         return cls(
             **by_comp,
             tensors=sum(n * len(items) for items, n in groups),
-            largest_tensor=max(t.numel for items, _ in groups for t in items),
+            largest_tensor=max((t.numel for items, _ in groups for t in items), default=0),
             per_block=block_total // max(1, num_blocks),
             lm_head_numel=lm_head_numel,
             final_norm=final_norm,
@@ -110,6 +148,21 @@ class ParamCounts:
             ),
             small_tensor_numel=sum(
                 n * t.numel for items, n in groups for t in items if t.numel < BNB_MIN_NUMEL
+            ),
+            trainable_numel=-1
+            if all_trainable
+            else sum(n * t.numel for items, n in trainable_groups for t in items),
+            fixed_numel=sum(n * t.numel for t, n in fixed),
+            fixed_bytes=sum(n * t.storage_bytes(0) for t, n in fixed),
+            fixed_trainable_numel=sum(n * t.numel for t, n in fixed if t.trainable),
+            fixed_trainable_bytes=sum(n * t.storage_bytes(0) for t, n in fixed if t.trainable),
+            trainable_view=None
+            if all_trainable
+            else cls.from_groups(
+                [(items, n) for items, n in trainable_groups if items],
+                num_blocks=num_blocks,
+                lm_head_numel=lm_head_numel,
+                final_norm=final_norm,
             ),
         )
 
@@ -135,6 +188,16 @@ def graph_param_counts(graph: OpGraph, *, lm_head_numel: int) -> ParamCounts:
         lm_head_numel=lm_head_numel,
         final_norm=final_norm,
     )
+
+
+def setup_param_counts(spec: ModelSpec, setup: TrainingSetup) -> ParamCounts:
+    """Parameter counts under ``setup`` (LoRA adapters, frozen or quantized base, the rank's
+    tensor-parallel shard): what the estimate counts."""
+    from memcalc.graph.lower import lower
+
+    graph = lower(spec, setup.replace(batch=1, seq=setup.parallel.cp))
+    vocab = graph.logits.numel if graph.logits else spec.vocab_size
+    return graph_param_counts(graph, lm_head_numel=vocab * spec.hidden_size)
 
 
 @cache

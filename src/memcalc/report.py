@@ -108,6 +108,8 @@ def _context(b: Breakdown) -> dict[str, Any]:
         "schema_version": JSON_SCHEMA_VERSION,
         "model": b.model_name,
         "parameter_count": b.params.total,
+        "trainable_parameter_count": b.params.trainable,
+        "frozen_parameter_count": b.params.frozen,
         "parameter_count_by_component": b.params.as_dict(),
         "gpu": b.gpu.name,
         "gpu_memory_bytes": b.gpu.memory_bytes,

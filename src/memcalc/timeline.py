@@ -173,10 +173,14 @@ def step_timeline(
     # Backward starts at the LM head: its weight gradient (for a tied head, held in the
     # embedding's autograd input buffer until the embedding's own gradient arrives) and the
     # final norm's; then each block adds its projections' and its two norms' gradients.
-    head_grads = (counts.lm_head_numel + counts.final_norm) * g
-    block_grads = tuple(b.param_numel * g for b in graph.kinds)
+    embedding_trains = any(w.trainable for op in graph.prologue for w in op.weights)
+    tied = counts.head == 0 and embedding_trains
+    head_grads = sum(w.grad_bytes(g) for op in graph.epilogue for w in op.weights) + (
+        counts.lm_head_numel * g if tied else 0
+    )
+    block_grads = tuple(b.grad_bytes(g) for b in graph.kinds)
     all_block_grads = layout.total(block_grads)
-    full_grads = counts.total * g
+    full_grads = counts.grad_bytes(g)
     block_params = tuple(b.param_numel for b in graph.kinds)
 
     w = setup.weight_dtype.itemsize
@@ -273,7 +277,7 @@ def step_timeline(
 
         tail: tuple[Moment, ...] = ()
         if graph.prologue:
-            tied_transient = 2 * counts.lm_head_numel * g if counts.head == 0 else 0
+            tied_transient = 2 * counts.lm_head_numel * g if tied else 0
             tail = (
                 Moment(
                     "backward",

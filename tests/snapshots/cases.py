@@ -104,7 +104,17 @@ def run_json(command: str) -> tuple[int, object]:
     return code, data
 
 
-IGNORED = {"assumptions", "buffer_bytes", "time", "communication", "stage", "stages", "layout"}
+IGNORED = {
+    "assumptions",
+    "buffer_bytes",
+    "time",
+    "communication",
+    "stage",
+    "stages",
+    "layout",
+    "trainable_parameter_count",
+    "frozen_parameter_count",
+}
 """Text that may change wording without a number changing, and keys added since the snapshot
 was taken (additions are not changes)."""
 

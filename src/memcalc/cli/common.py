@@ -13,6 +13,7 @@ import click
 from memcalc.estimate import DEFAULT_MFU
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
+from memcalc.spec.finetune import Quantize
 from memcalc.spec.presets import DEFAULT_MODEL
 from memcalc.spec.training import Attention, GradDType, Loss, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
@@ -184,6 +185,58 @@ layout_options = options(
     ),
 )
 
+finetune_options = options(
+    click.option(
+        "--lora-rank", type=int, default=None, help="LoRA on a frozen base with this rank (PEFT)."
+    ),
+    click.option(
+        "--lora-alpha",
+        type=float,
+        default=16.0,
+        show_default=True,
+        help="lora_alpha (no memory effect; for parity with PEFT).",
+    ),
+    click.option(
+        "--lora-targets",
+        default=None,
+        help="Comma-separated module names (q_proj,v_proj,...) or all-linear; default: PEFT's "
+        "for the family.",
+    ),
+    click.option(
+        "--lora-dropout",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Dropout on the adapter input.",
+    ),
+    click.option(
+        "--quantize",
+        type=EnumChoice(Quantize),
+        default=Quantize.none.value,
+        show_default=True,
+        help="Frozen base linear weights: int8 (LLM.int8), nf4, nf4-dq, fp4 (QLoRA).",
+    ),
+    click.option(
+        "--train-embeddings",
+        is_flag=True,
+        help="Train the embeddings (and an untied head) in full.",
+    ),
+    click.option(
+        "--modules-to-save", default=None, help="Comma-separated modules PEFT trains in full."
+    ),
+    click.option(
+        "--kbit-prep/--no-kbit-prep",
+        default=None,
+        help="PEFT prepare_model_for_kbit_training (fp32 non-quantized params, input grads); "
+        "default on with --quantize.",
+    ),
+    click.option(
+        "--input-grads/--no-input-grads",
+        default=None,
+        help="The embedding output requires grad (enable_input_require_grads).",
+    ),
+)
+
 strategy_options = options(
     click.option(
         "--recompute",
@@ -267,9 +320,35 @@ def layout_fields(values: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+def _names(text: str | None) -> tuple[str, ...]:
+    return tuple(n.strip() for n in (text or "").split(",") if n.strip())
+
+
+def finetune_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The fine-tuning fields (lora, quantize, kbit_prep, input_grads) of option values."""
+    if "lora_rank" not in values:
+        return {}
+    fields: dict[str, Any] = {
+        "quantize": values["quantize"],
+        "kbit_prep": values["kbit_prep"],
+        "input_grads": values["input_grads"],
+    }
+    if values["lora_rank"] is not None:
+        fields["lora"] = {
+            "rank": values["lora_rank"],
+            "alpha": values["lora_alpha"],
+            "targets": _names(values["lora_targets"]),
+            "dropout": values["lora_dropout"],
+            "train_embeddings": values["train_embeddings"],
+            "modules_to_save": _names(values["modules_to_save"]),
+        }
+    return fields
+
+
 def setup_fields(values: dict[str, Any]) -> dict[str, Any]:
     """The TrainingSetup fields (parallel layout flat) of a command's option values."""
     fields = {k: values[k] for k in SETUP_KEYS if k in values} | layout_fields(values)
+    fields |= finetune_fields(values)
     if "foreach" in values:
         fields["optimizer_foreach"] = values["foreach"]
     if "fused" in values:

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from memcalc.cli.common import (
+    finetune_options,
     gpu_option,
     layout_options,
     model_option,
@@ -26,6 +27,7 @@ Examples:
   memcalc estimate --model llama-3-8b --gpu h100 --seq 8192
   memcalc estimate --model llama-2-7b --recompute full --offload optimizer=cpu
   memcalc estimate --model llama-3-70b --seq 8192 --tp 8 --pp 4 --dp 2 --microbatches 16 --zero 1
+  memcalc estimate --model llama-3-8b --gpu 4090 --seq 2048 --lora-rank 16 --quantize nf4
   memcalc estimate --model path/to/config.json --format json
 """
 
@@ -35,6 +37,7 @@ Examples:
 @gpu_option
 @setup_options
 @layout_options
+@finetune_options
 @strategy_options
 @output_options
 def estimate_command(**values: Any) -> None:

@@ -7,7 +7,13 @@ from typing import Any
 
 import click
 
-from memcalc.cli.common import EnumChoice, gpu_option, model_option
+from memcalc.cli.common import (
+    EnumChoice,
+    finetune_fields,
+    finetune_options,
+    gpu_option,
+    model_option,
+)
 from memcalc.errors import MemcalcError
 from memcalc.spec.training import Attention, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
@@ -20,6 +26,7 @@ EXAMPLES = """\b
 Examples:
   memcalc measure --model gpt2 --batch 4 --seq 512 --recompute full
   memcalc measure --model tests/data/llama-2-7b-config.json --impl hf --precision bf16-mixed
+  memcalc measure --model tests/data/hf/tiny/mistral.json --impl hf --precision bf16 --lora-rank 8
 """
 
 
@@ -87,6 +94,7 @@ Examples:
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed for weights and token ids."
 )
+@finetune_options
 def measure_command(**values: Any) -> None:
     """Run one warm-up and one measured training step; print estimate vs measured."""
     try:
@@ -96,7 +104,20 @@ def measure_command(**values: Any) -> None:
     from memcalc.measure.command import run_measure
 
     values["offload"] = list(values["offload"])
-    text, ok = run_measure(**values)
+    finetune = finetune_fields(values)
+    for key in (
+        "lora_rank",
+        "lora_alpha",
+        "lora_targets",
+        "lora_dropout",
+        "quantize",
+        "train_embeddings",
+        "modules_to_save",
+        "kbit_prep",
+        "input_grads",
+    ):
+        values.pop(key)
+    text, ok = run_measure(**values, finetune=finetune)
     click.echo(text)
     if not ok:
         raise click.exceptions.Exit(1)

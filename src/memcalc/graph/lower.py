@@ -17,21 +17,57 @@ from memcalc.graph.blocks.embedding import embeddings, rotary_tables
 from memcalc.graph.blocks.head import head_and_loss
 from memcalc.graph.layout import Layout
 from memcalc.graph.ops import Block, Component, OpGraph, Saved
-from memcalc.graph.scope import Dims, Scope
+from memcalc.graph.scope import Dims, FineTune, Scope
 from memcalc.spec.families import family_of
+from memcalc.spec.families.base import Implementation
+from memcalc.spec.finetune import ALL_LINEAR, AdapterDtype
 from memcalc.spec.model import ModelSpec, Positions
 from memcalc.spec.training import Attention, DType, Precision, TrainingSetup
 
 
-def _scope(setup: TrainingSetup) -> Scope:
-    """A scope whose linears follow the precision recipe (fp8 saved inputs, autocast casts)."""
+def _scope(setup: TrainingSetup, finetune: FineTune | None = None) -> Scope:
+    """A scope whose linears follow the precision recipe (fp8 saved inputs, autocast casts)
+    and the fine-tuning (frozen base, adapters)."""
     autocast = setup.activation_dtype if setup.precision.is_amp else None
-    return Scope(fp8_linears=setup.precision is Precision.fp8_mixed, autocast=autocast)
+    return Scope(
+        fp8_linears=setup.precision is Precision.fp8_mixed, autocast=autocast, finetune=finetune
+    )
+
+
+def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> FineTune | None:
+    """What a LoRA setup trains, resolved for this family (PEFT's default targets)."""
+    lora = setup.lora
+    if lora is None:
+        return None
+    targets = lora.targets or impl.lora_targets
+    if targets is None:
+        raise MemcalcError(
+            f"--lora-targets: PEFT has no default target modules for {spec.family.value}; "
+            "name them (e.g. q_proj,v_proj) or use all-linear"
+        )
+    adapted = None if ALL_LINEAR in targets else frozenset(targets)
+    trained = set(lora.modules_to_save)
+    if lora.train_embeddings:
+        trained |= {"embed_tokens", "lm_head"}
+    return FineTune(
+        adapted=adapted,
+        rank=lora.rank,
+        dropout=lora.dropout,
+        adapter_dtype=DType.fp32 if lora.adapter_dtype is AdapterDtype.fp32 else None,
+        trained=frozenset(trained),
+        quantize=setup.quantize.value,
+        upcast=setup.prepared_for_kbit,
+    )
 
 
 def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims:
     """The sizes of one step of ``spec`` under ``setup``."""
     p = setup.activation_dtype
+    if setup.prepared_for_kbit:
+        # PEFT's k-bit preparation makes the embeddings, norms and LM head fp32: the residual
+        # stream, the norms' outputs and (bitsandbytes casts each matmul's output back to its
+        # input's dtype) every activation are fp32; only the quantized matmuls run in 16 bits.
+        p = DType.fp32
     r = DType.fp32 if setup.precision.is_amp else p
     t = setup.parallel.tp
     return Dims(
@@ -74,25 +110,43 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         spec = spec.with_dropout(setup.dropout)
     impl = family_of(spec).impl
     dims = dims_of(spec, setup, device)
+    ft = finetune_of(spec, setup, impl)
+    # the first layer is a kind of its own when its input needs no gradient
+    first_grad = setup.embedding_output_requires_grad
 
-    types = list(dict.fromkeys((*spec.first_layers, *spec.layer_pattern)))
+    # a layer kind: (its type, whether its input needs a gradient)
+    kinds_of = [(t, True) for t in (*spec.first_layers, *spec.layer_pattern)]
+    if not first_grad:
+        kinds_of.insert(0, (spec.layer_type(0), False))
+    types = list(dict.fromkeys(kinds_of))
     index = {t: i for i, t in enumerate(types)}
-    layout = Layout.periodic(
-        [index[t] for t in spec.layer_pattern],
-        spec.num_layers,
-        head=[index[t] for t in spec.first_layers],
-    )
-    present = [t for t in types if layout.counts(len(types))[index[t]]]
+    head = [index[(t, True)] for t in spec.first_layers]
+    if not first_grad:
+        head = [index[(spec.layer_type(0), False)], *head[1:]]
+    period = [index[(t, True)] for t in spec.layer_pattern]
+    if not first_grad and not spec.first_layers:
+        # the pattern starts again after the first layer
+        period = period[1:] + period[:1]
+    layout = Layout.periodic(period, spec.num_layers, head=head)
+    counts = layout.counts(len(types))
     kinds: list[Block] = []
     shared: dict[str, Saved] = {}
-    for t in types:
-        sc = _scope(setup)
-        kinds.append(decoder_block(sc, spec, impl, dims, t, setup.attention))
-        if t in present:
+    linears: set[str] = set()
+    for t, grad in types:
+        sc = _scope(setup, ft)
+        kinds.append(decoder_block(sc, spec, impl, dims, t, setup.attention, input_grad=grad))
+        if counts[index[(t, grad)]]:
             shared.update(sc.shared)
+            linears |= sc.linears
+    if ft is not None and ft.adapted is not None and not ft.adapted <= linears:
+        unknown = ", ".join(sorted(ft.adapted - linears))
+        raise MemcalcError(
+            f"--lora-targets: no linear layer named {unknown}; {spec.name} has: "
+            f"{', '.join(sorted(linears))} (or all-linear)"
+        )
 
-    pro = Scope()
-    embeddings(pro, spec, impl, dims)
+    pro = Scope(finetune=ft)
+    embeddings(pro, spec, impl, dims, output_grad=first_grad)
     if spec.positions is Positions.rotary:
         rotary_tables(pro, spec, dims)
     if shared:
@@ -110,7 +164,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         # eager attention and passes it to every decoder layer; a checkpoint keeps it alive
         # once (GPT-2 passes it positionally, so checkpoint's _NoopSaveInputs saves it;
         # Llama by keyword, so the checkpoint's closure holds it).
-        spans = {t.is_sliding for t in present}
+        spans = {t.is_sliding for (t, _), n in zip(types, counts, strict=True) if n}
         extra = tuple(
             Saved(
                 "eager_sliding_mask" if sliding else "eager_causal_mask",
@@ -124,6 +178,6 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         # (RoPE runs under no_grad), so a checkpoint's closure is what keeps them.
         extra += (Saved("position_ids", dims.s, DType.int64),)
 
-    epi = _scope(setup)
+    epi = _scope(setup, ft)
     logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)
     return OpGraph(tuple(pro.ops), tuple(kinds), layout, tuple(epi.ops), extra, logits, transient)

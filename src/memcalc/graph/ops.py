@@ -40,6 +40,9 @@ class Saved:
     view_numel: int | None = None
     """Elements of the tensor an op sees when it is a broadcast view of this storage (an
     expanded k in MQA); a cast of the view materialises that many."""
+    needs_grad: bool = field(default=True, compare=False)
+    """The tensor requires grad (False before the first trainable op of a frozen base): ops
+    save for its gradient only when it does."""
 
     @property
     def nbytes(self) -> int:
@@ -54,10 +57,31 @@ class ParamTensor:
     shape: tuple[int, ...]
     component: str
     """One of memcalc.params.COMPONENTS: embedding, attention, mlp, norms, head."""
+    trainable: bool = True
+    """It has a gradient and optimizer state (False: a frozen base weight)."""
+    dtype: DType | None = None
+    """Its storage dtype when not the recipe's weight dtype (fp32 LoRA adapters, parameters
+    upcast by PEFT's k-bit preparation)."""
+    quant: str | None = None
+    """Quantized storage (a ``Quantize`` value) of a frozen base linear weight."""
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    def storage_bytes(self, weight_itemsize: int) -> int:
+        """Bytes of the tensor on the device."""
+        if self.quant is not None:
+            from memcalc.spec.finetune import Quantize
+
+            return Quantize(self.quant).storage_bytes(self.numel, self.shape[0])
+        return self.numel * (self.dtype.itemsize if self.dtype else weight_itemsize)
+
+    def grad_bytes(self, grad_itemsize: int) -> int:
+        """Bytes of its gradient (its own dtype when that is fixed, e.g. fp32 adapters)."""
+        if not self.trainable:
+            return 0
+        return self.numel * (self.dtype.itemsize if self.dtype else grad_itemsize)
 
 
 @dataclass(frozen=True)
@@ -179,6 +203,10 @@ class Block:
         if extra:
             out[Component.attention] = out.get(Component.attention, 0) + extra
         return out
+
+    def grad_bytes(self, grad_itemsize: int) -> int:
+        """Bytes of the gradients this block's backward writes (trainable weights only)."""
+        return sum(w.grad_bytes(grad_itemsize) for op in self.ops for w in op.weights)
 
     def signature(self) -> tuple[object, ...]:
         """Everything that sets the block's bytes and FLOPs, with storage names replaced by

@@ -13,6 +13,37 @@ from memcalc.graph.ops import Component, Op, ParamTensor, Saved
 from memcalc.spec.training import DType
 
 
+@dataclass(frozen=True)
+class FineTune:
+    """What a frozen-base fine-tuning trains, as the building blocks need it."""
+
+    adapted: frozenset[str] | None
+    """Leaf names of the linears with LoRA adapters; None: every linear but the LM head."""
+    rank: int
+    dropout: float
+    adapter_dtype: DType | None
+    """The adapters' dtype (None: the base weight dtype)."""
+    trained: frozenset[str]
+    """Leaf names of modules trained in full (PEFT modules_to_save, embeddings)."""
+    quantize: str
+    """How frozen base linears are stored (a ``Quantize`` value; "none")."""
+    upcast: bool
+    """Non-quantized parameters are fp32 (PEFT prepare_model_for_kbit_training)."""
+
+    @staticmethod
+    def leaf(name: str) -> str:
+        return name.rsplit(".", 1)[-1]
+
+    def trains(self, name: str) -> bool:
+        return self.leaf(name) in self.trained
+
+    def adapts(self, name: str) -> bool:
+        leaf = self.leaf(name)
+        if leaf == "lm_head" or self.trains(name):
+            return False
+        return self.adapted is None or leaf in self.adapted
+
+
 @dataclass
 class Scope:
     """Collects the ops of one scope (prologue, a block kind, epilogue)."""
@@ -24,6 +55,18 @@ class Scope:
     shared: dict[str, Saved] = field(default_factory=dict)
     """Tensors the block's ops save but the model makes once for every layer (a sliding-window
     mask): counted once, in the prologue, not per layer."""
+    finetune: FineTune | None = None
+    """Frozen-base fine-tuning (LoRA): None trains every parameter."""
+    linears: set[str] = field(default_factory=set)
+    """Leaf names of the linears lowered here (to check LoRA targets against)."""
+
+    def trainable(self, name: str) -> bool:
+        """The parameter of op ``name`` has a gradient."""
+        return self.finetune is None or self.finetune.trains(name)
+
+    def param_dtype(self, name: str) -> DType | None:
+        """Storage dtype of a non-quantized parameter when not the recipe's (k-bit upcast)."""
+        return DType.fp32 if self.finetune is not None and self.finetune.upcast else None
 
     def share(self, t: Saved) -> None:
         """Record ``t`` as saved here but shared by all layers."""

@@ -82,7 +82,9 @@ def _hf_model(spec: ModelSpec, attention: str) -> nn.Module:
 
 def layer_list(model: nn.Module) -> tuple[nn.Module, str]:
     """(parent, attribute) of the decoder-block ModuleList, in ours and in HF models."""
-    for path in ("h", "transformer.h", "model.layers"):
+    paths = ("h", "transformer.h", "model.layers")
+    # a PEFT model wraps the HF model twice: PeftModel.base_model (LoraModel).model
+    for path in (*paths, *(f"base_model.model.{p}" for p in paths)):
         parent: Any = model
         *head, last = path.split(".")
         try:

@@ -33,6 +33,7 @@ def run_measure(
     tolerance: float,
     fmt: str,
     seed: int,
+    finetune: dict[str, object] | None = None,
 ) -> tuple[str, bool]:
     """Run one warm-up and one measured training step; (the report, whether every checked
     component is within ``tolerance``)."""
@@ -51,6 +52,7 @@ def run_measure(
         optimizer=optimizer,
         attention=attention,
         dropout=dropout,
+        **(finetune or {}),
     )
     options = Options(
         recompute=recompute, every=every, offload=tuple(Offload.parse(o) for o in offload)

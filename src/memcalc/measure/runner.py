@@ -129,7 +129,8 @@ def _optimizer(
 
 
 def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) -> _Trainer:
-    params = list(model.parameters())  # unique: tied weights once
+    # unique (tied weights once); a frozen base has no gradient and no optimizer state
+    params = [p for p in model.parameters() if p.requires_grad]
     mixed = setup.precision.is_mixed
     host = torch.device("cpu")
     if mixed:
@@ -227,6 +228,12 @@ def measure(
             base = torch.cuda.memory_allocated()
         say("building the model")
         model = build_model(spec, setup, impl, dev, seed)
+        if setup.lora is not None:
+            if impl is not Impl.hf:
+                raise MemcalcError("--lora-rank: LoRA is measured on the HF model: --impl hf")
+            from memcalc.measure.finetune import apply_finetune
+
+            model = apply_finetune(model, spec, setup)
         if dev.type == "cuda":
             torch.cuda.synchronize()
             base = {"base": base, "params_bytes": torch.cuda.memory_allocated() - base}
@@ -302,6 +309,9 @@ def _measure_cpu(
     _one_step(trainer, ids, phase, lambda *_: None)
     params = trainer.params
     device = params[0].device
+    from memcalc.measure.finetune import quant_state_tensors
+
+    weights = list(model.parameters()) + quant_state_tensors(model)
     recorder = SavedTensorRecorder.for_module(model)
     recorder.exclude |= {k for k in (_storage_key(q) for q in trainer.opt_params) if k}
     tracker = LiveMemoryTracker()
@@ -326,13 +336,13 @@ def _measure_cpu(
     say("measured step")
     opt_b = _optimizer_bytes(trainer, device)
     with tracker:
-        tracker.register([params, trainer.opt_params, trainer.state_tensors(), ids])
+        tracker.register([weights, trainer.opt_params, trainer.state_tensors(), ids])
         tracker.reset_peak()
         _one_step(trainer, ids, phase, on)
     held = marks["after_forward"] - marks["before_forward"] - loss_bytes[0]
     acts = recorder.total_bytes if recompute is Recompute.none else held
     return {
-        "parameter_bytes": _unique_bytes(list(params)),
+        "parameter_bytes": _unique_bytes(weights),
         "gradient_bytes": _unique_bytes(grads),
         **opt_b,
         "activation_bytes": acts,

@@ -52,7 +52,15 @@ def load_model(name_or_path: str) -> ModelSpec:
     return parse(ModelSpec, {"name": path.stem, **data}, str(path))
 
 
-FLAGS = {"optimizer_foreach": "--foreach/--no-foreach"}
+FLAGS = {
+    "optimizer_foreach": "--foreach/--no-foreach",
+    "optimizer_fused": "--fused/--no-fused",
+    "lora.rank": "--lora-rank",
+    "lora.alpha": "--lora-alpha",
+    "lora.targets": "--lora-targets",
+    "lora.dropout": "--lora-dropout",
+    "lora.modules_to_save": "--modules-to-save",
+}
 """TrainingSetup fields whose command-line flag is not ``--`` + the field name."""
 
 

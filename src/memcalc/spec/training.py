@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from memcalc.spec.finetune import LoraSpec, Quantize
 from memcalc.spec.parallel import SINGLE_GPU, Parallelism
 from memcalc.validate import FieldError, check, replace, spec_field
 
@@ -175,6 +176,22 @@ class TrainingSetup:
         "How the step is split over GPUs (dp, tp, pp, cp, ep, ZeRO, micro-batches).",
         default=SINGLE_GPU,
     )
+    lora: LoraSpec | None = spec_field(
+        "LoRA adapters on a frozen base (None: full fine-tuning).", default=None
+    )
+    quantize: Quantize = spec_field(
+        "Storage of the frozen base's linear weights (QLoRA: nf4).", default=Quantize.none
+    )
+    kbit_prep: bool | None = spec_field(
+        "PEFT prepare_model_for_kbit_training: non-4-bit parameters upcast to fp32 and the "
+        "embedding output requiring grad (default: on with --quantize).",
+        default=None,
+    )
+    input_grads: bool | None = spec_field(
+        "The embedding output requires grad (enable_input_require_grads), so the first layer "
+        "saves for backward from its first op (default: with kbit_prep).",
+        default=None,
+    )
 
     def __post_init__(self) -> None:
         check(self)
@@ -189,6 +206,10 @@ class TrainingSetup:
         if self.parallel.cp > 1 and self.attention is Attention.eager:
             raise FieldError(
                 "attention", "context parallelism runs a fused kernel (ring attention): use sdpa"
+            )
+        if self.quantize is not Quantize.none and self.lora is None:
+            raise FieldError(
+                "quantize", "a quantized base is frozen: train adapters with --lora-rank"
             )
         if self.batch * self.seq > MAX_TOKENS:
             raise FieldError(
@@ -205,6 +226,23 @@ class TrainingSetup:
     def replace(self, **changes: object) -> TrainingSetup:
         """A copy with ``changes``, validated."""
         return replace(self, **changes)
+
+    @property
+    def prepared_for_kbit(self) -> bool:
+        """PEFT's prepare_model_for_kbit_training is applied (on by default when quantized)."""
+        if self.kbit_prep is None:
+            return self.quantize is not Quantize.none
+        return self.kbit_prep
+
+    @property
+    def embedding_output_requires_grad(self) -> bool:
+        """The first layer's input requires grad: always in full fine-tuning; with a frozen
+        embedding only after enable_input_require_grads (kbit prep, or asked for)."""
+        if self.lora is None or self.lora.train_embeddings:
+            return True
+        if self.input_grads is None:
+            return self.prepared_for_kbit
+        return self.input_grads
 
     @property
     def tokens(self) -> int:

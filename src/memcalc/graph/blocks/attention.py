@@ -54,10 +54,14 @@ def attention_core(
     qk_flops = matmul_flops(b * a * s, dims.d, s)
     p = dims.p.itemsize
     if attention is Attention.eager:
+        # matmul(q, k^T) saves q for k's gradient and k for q's (a tensor that needs no grad
+        # -- k from a frozen k_proj in a frozen-base model's first layer -- skips its partner)
+        qk_saves = [sc.matmul_input(q, "qk")] if k.needs_grad else []
+        qk_saves += [sc.matmul_input(k, "qk")] if q.needs_grad else []
         sc.add(
             f"{prefix}.qk_matmul",
             ATTN,
-            unique([sc.matmul_input(q, "qk"), sc.matmul_input(k, "qk")]),
+            unique(qk_saves),
             qk_flops,
             "aten.bmm (matmul q @ k^T): saves q and k",
             core=True,
@@ -150,7 +154,6 @@ def self_attention(
         q = linear(sc, names["q"], ATTN, x, T, h, dims.q, p, bias=spec.qkv_bias)
         k = linear(sc, names["k"], ATTN, x, T, h, dims.kv, p, bias=spec.qkv_bias)
         v = linear(sc, names["v"], ATTN, x, T, h, dims.kv, p, bias=spec.qkv_bias)
-        v = Saved(f"{names['v']}.out", T * dims.kv, p)
     if spec.qk_norm is not QkNorm.none:
         q = _qk_norm(sc, spec, dims, names["q_norm"], q, dims.a)
         k = _qk_norm(sc, spec, dims, names["k_norm"], k, dims.g)
@@ -167,8 +170,8 @@ def self_attention(
             "aten.mul(q, cos): saves cos (and sin)",
             grads=2 * T * (dims.q + dims.kv) * p.itemsize,
         )
-        q = Saved(f"{names['rope']}.q_embed", T * dims.q, dims.r)
-        k = Saved(f"{names['rope']}.k_embed", T * dims.kv, dims.r)
+        q = Saved(f"{names['rope']}.q_embed", T * dims.q, dims.r, needs_grad=q.needs_grad)
+        k = Saved(f"{names['rope']}.k_embed", T * dims.kv, dims.r, needs_grad=k.needs_grad)
     core_inputs = tuple(unique([q, k, v]))
     masked = (
         attention is not Attention.eager
@@ -179,8 +182,8 @@ def self_attention(
     if masked:
         sc.share(Saved("sliding_window_mask", dims.b * dims.s * dims.s, DType.bool))
         if dims.kv != dims.q:
-            k = Saved("attn.k_repeated", T * dims.q, k.dtype)
-            v = Saved("attn.v_repeated", T * dims.q, v.dtype)
+            k = Saved("attn.k_repeated", T * dims.q, k.dtype, needs_grad=k.needs_grad)
+            v = Saved("attn.v_repeated", T * dims.q, v.dtype, needs_grad=v.needs_grad)
     if attention is Attention.eager and dims.kv != dims.q:
         if dims.g == 1 and dims.b == 1:
             # repeat_kv's reshape of the expanded tensor is a view: no copy, but an op that
@@ -189,8 +192,8 @@ def self_attention(
             v = replace(v, view_numel=T * dims.q)
         else:
             # repeat_kv: expand + reshape copies k and v to all heads for the eager matmuls.
-            k = Saved("attn.k_repeated", T * dims.q, k.dtype)
-            v = Saved("attn.v_repeated", T * dims.q, v.dtype)
+            k = Saved("attn.k_repeated", T * dims.q, k.dtype, needs_grad=k.needs_grad)
+            v = Saved("attn.v_repeated", T * dims.q, v.dtype, needs_grad=v.needs_grad)
     merged = attention_core(
         sc,
         dims,

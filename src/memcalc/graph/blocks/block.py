@@ -22,14 +22,28 @@ def decoder_block(
     dims: Dims,
     layer_type: LayerType,
     attention: Attention,
+    *,
+    input_grad: bool = True,
 ) -> Block:
-    """The block of one layer type: HF ``*DecoderLayer.forward``, op by op."""
+    """The block of one layer type: HF ``*DecoderLayer.forward``, op by op. ``input_grad``
+    False: its input needs no gradient (the first layer of a frozen-base fine-tuning without
+    enable_input_require_grads), so the norms reading it save nothing for it."""
     T, h = dims.T_rep, dims.h  # the residual stream: split over tp ranks under SP
     names = impl.names
     x = tensor("block.in", T, h, dims.r)
 
     def normed(role: str, t: Saved) -> Saved:
-        return norm(sc, names[role], t, T, h, spec.norm, dims.stat_dtype, bias=spec.norm_bias)
+        return norm(
+            sc,
+            names[role],
+            t,
+            T,
+            h,
+            spec.norm,
+            dims.stat_dtype,
+            bias=spec.norm_bias,
+            input_grad=input_grad or t is not x,
+        )
 
     def sublayer_out(role: str, comp: Component, t: Saved) -> Saved:
         return dropout(sc, names[role], comp, t, spec.residual_dropout)

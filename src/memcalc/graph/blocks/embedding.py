@@ -12,29 +12,44 @@ from memcalc.spec.training import DType
 EMB = Component.embedding
 
 
-def embeddings(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims) -> Saved:
-    """``aten.embedding`` saves its indices (the token ids, int64); a learned position table
-    (GPT-2, OPT) likewise saves the position ids (1 x s); Gemma multiplies by sqrt(h) (a 0-d
-    tensor its ``mul`` saves); embedding dropout saves its mask. Returns the residual stream."""
+def embeddings(
+    sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims, *, output_grad: bool = True
+) -> Saved:
+    """``aten.embedding`` saves its indices (the token ids, int64) for its weight's gradient --
+    nothing when the embedding is frozen; a learned position table (GPT-2, OPT) likewise saves
+    the position ids (1 x s); Gemma multiplies by sqrt(h) (a 0-d tensor its ``mul`` saves);
+    embedding dropout saves its mask (when its output needs a gradient). Returns the residual
+    stream."""
     T, h = dims.T, dims.h
     names = impl.names
+
+    def table(name: str, rows: int) -> tuple[bool, ParamTensor]:
+        trainable = sc.trainable(name)
+        weight = ParamTensor(
+            f"{name}.weight", (rows, h), "embedding", trainable, sc.param_dtype(name)
+        )
+        return trainable, weight
+
+    trainable, weight = table(names["embed_tokens"], dims.V)
     sc.add(
         names["embed_tokens"],
         EMB,
-        [Saved("input_ids", T, DType.int64)],
+        [Saved("input_ids", T, DType.int64)] if trainable else [],
         0,
         "aten.embedding: saves indices",
-        weights=(ParamTensor(f"{names['embed_tokens']}.weight", (dims.V, h), "embedding"),),
+        weights=(weight,),
     )
     if spec.positions is Positions.learned:
-        rows = spec.max_position_embeddings + spec.position_offset
+        trainable, weight = table(
+            names["embed_positions"], spec.max_position_embeddings + spec.position_offset
+        )
         sc.add(
             names["embed_positions"],
             EMB,
-            [Saved("position_ids", dims.s, DType.int64)],
+            [Saved("position_ids", dims.s, DType.int64)] if trainable else [],
             T * h,
             "aten.embedding: saves indices (position_ids of shape 1 x s)",
-            weights=(ParamTensor(f"{names['embed_positions']}.weight", (rows, h), "embedding"),),
+            weights=(weight,),
         )
     x = tensor("embed.out", dims.T_rep, h, dims.r)
     if spec.embedding_scale:
@@ -46,6 +61,8 @@ def embeddings(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims) -> 
             "aten.mul.Tensor(x, normalizer): saves the 0-d normalizer (Gemma)",
         )
         x = tensor("embed.scaled", dims.T_rep, h, dims.r)
+    if not output_grad:
+        return x  # F.dropout of a tensor that needs no grad saves no mask
     return dropout(sc, names["embed_dropout"], EMB, x, spec.embedding_dropout)
 
 

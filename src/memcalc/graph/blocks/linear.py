@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memcalc.graph.ops import Component, ParamTensor, Saved
-from memcalc.graph.scope import Scope, matmul_flops, tensor
+from memcalc.graph.scope import FineTune, Scope, matmul_flops, tensor
 from memcalc.spec.training import DType
 
 WEIGHT_CAST = "weight_cast"
@@ -44,27 +44,108 @@ def linear(
     ``out_tokens``: a row-parallel linear under sequence parallelism reduce-scatters its output
     to ``T / tp`` tokens (Megatron ``RowParallelLinear``); a column-parallel one all-gathers its
     input but saves the local shard (and gathers again in backward), so ``x`` is as saved.
+
+    A frozen base weight (LoRA, ``memcalc.spec.finetune``) has no gradient, so nothing of the
+    input is saved (under autocast its 16-bit cast is, for the input's gradient: autocast does
+    not cache casts of weights that need no grad); quantized (bitsandbytes) it is stored as
+    ``Quantize.storage_bytes`` and ``MatMul4Bit`` saves only the quantized weight.
     """
     out_tokens = tokens if out_tokens is None else out_tokens
-    if sc.fp8_linears:
-        saved = [Saved(f"{x.name}.fp8", x.numel, DType.fp8)]
-    else:
-        saved = [sc.matmul_input(x, name)]
-    if sc.autocast is not None:
+    sc.linears.add(name.rsplit(".", 1)[-1])
+    ft = sc.finetune
+    trainable = sc.trainable(name)
+    quant = None
+    if ft is not None and not trainable and comp is not Component.output:
+        quant = ft.quantize if ft.quantize != "none" else None
+    saved: list[Saved] = []
+    if trainable:
+        if sc.fp8_linears:
+            saved = [Saved(f"{x.name}.fp8", x.numel, DType.fp8)]
+        else:
+            saved = [sc.matmul_input(x, name)]
+    if sc.autocast is not None and quant is None:
         saved.append(Saved(f"{name}.{WEIGHT_CAST}", n_in * n_out, sc.autocast))
     weights: tuple[ParamTensor, ...] = ()
     if owns_weight:
-        weights = (ParamTensor(f"{name}.weight", (n_out, n_in), PARAM_COMPONENT[comp]),)
+        kind = PARAM_COMPONENT[comp]
+        dtype = None if quant else sc.param_dtype(name)
+        weights = (ParamTensor(f"{name}.weight", (n_out, n_in), kind, trainable, dtype, quant),)
         if bias:
-            weights += (ParamTensor(f"{name}.bias", (n_out,), PARAM_COMPONENT[comp]),)
+            weights += (
+                ParamTensor(f"{name}.bias", (n_out,), kind, trainable, sc.param_dtype(name)),
+            )
     sc.add(
         name,
         comp,
         saved,
         matmul_flops(tokens, n_in, n_out),
-        "aten.addmm/mm: saves mat1 (input) and mat2 (weight, a parameter)",
-        grads=(tokens * n_in + out_tokens * n_out) * out_dtype.itemsize,
-        params=n_in * n_out,
+        "aten.addmm/mm: saves mat1 (input) and mat2 (weight, a parameter)"
+        if trainable
+        else "frozen base linear (mm with a weight that needs no grad): saves no activation",
+        grads=(tokens * n_in + out_tokens * n_out) * out_dtype.itemsize
+        # bitsandbytes dequantizes the weight to 16 bits for the input's gradient
+        # (MatMul4Bit.backward: F.dequantize_4bit(B).to(grad dtype)): alive during backward
+        + (2 * n_in * n_out if quant else 0),
+        params=n_in * n_out if trainable else 0,
         weights=weights,
     )
-    return tensor(f"{name}.out", out_tokens, n_out, out_dtype)
+    adapted = ft is not None and ft.adapts(name)
+    if adapted:
+        assert ft is not None
+        _lora(sc, ft, name, comp, x, tokens, n_in, n_out)
+    out = tensor(f"{name}.out", out_tokens, n_out, out_dtype)
+    if not (x.needs_grad or trainable or adapted):
+        return Saved(out.name, out.numel, out.dtype, needs_grad=False)
+    return out
+
+
+def _lora(
+    sc: Scope,
+    ft: FineTune,
+    name: str,
+    comp: Component,
+    x: Saved,
+    tokens: int,
+    n_in: int,
+    n_out: int,
+) -> None:
+    """PEFT ``lora.Linear.forward``: ``lora_B(lora_A(dropout(x.to(adapter dtype)))) * scaling``
+    added to the base output. The cast is a new tensor per adapter when the dtypes differ;
+    ``lora_A`` saves its (dropped-out) input, ``lora_B`` the r-wide intermediate."""
+    dtype = ft.adapter_dtype or x.dtype
+    kind = PARAM_COMPONENT[comp]
+    r = ft.rank
+    inp = x if x.dtype is dtype else Saved(f"{name}.lora_in", x.numel, dtype)
+    if ft.dropout > 0:
+        # F.dropout of a tensor that needs no grad (the first layer's, without input grads)
+        # records nothing: no mask is saved
+        mask = [Saved(f"{name}.lora_dropout.mask", inp.numel, DType.bool)] if x.needs_grad else []
+        sc.add(
+            f"{name}.lora_dropout",
+            comp,
+            mask,
+            2 * inp.numel,
+            "aten.native_dropout (lora_dropout): saves the bool mask",
+            grads=2 * inp.nbytes,
+        )
+        inp = Saved(f"{name}.lora_dropout.out", inp.numel, dtype)
+    sc.add(
+        f"{name}.lora_A",
+        comp,
+        [inp],
+        matmul_flops(tokens, n_in, r),
+        "peft lora_A (nn.Linear): saves its input",
+        grads=tokens * (n_in + r) * dtype.itemsize,
+        params=r * n_in,
+        weights=(ParamTensor(f"{name}.lora_A.weight", (r, n_in), kind, True, dtype),),
+    )
+    sc.add(
+        f"{name}.lora_B",
+        comp,
+        [Saved(f"{name}.lora_A.out", tokens * r, dtype)],
+        matmul_flops(tokens, r, n_out),
+        "peft lora_B (nn.Linear): saves the r-wide lora_A output",
+        grads=tokens * (r + n_out) * dtype.itemsize,
+        params=r * n_out,
+        weights=(ParamTensor(f"{name}.lora_B.weight", (n_out, r), kind, True, dtype),),
+    )

@@ -14,30 +14,61 @@ from memcalc.spec.training import DType
 NORM = Component.norm
 
 
+def _norm_weights(
+    sc: Scope, prefix: str, width: int, bias: bool
+) -> tuple[bool, tuple[ParamTensor, ...]]:
+    trainable, dtype = sc.trainable(prefix), sc.param_dtype(prefix)
+    weights: tuple[ParamTensor, ...] = (
+        ParamTensor(f"{prefix}.weight", (width,), "norms", trainable, dtype),
+    )
+    if bias:
+        weights += (ParamTensor(f"{prefix}.bias", (width,), "norms", trainable, dtype),)
+    return trainable, weights
+
+
 def layer_norm(
-    sc: Scope, prefix: str, x: Saved, rows: int, stat_dtype: DType, *, bias: bool = True
+    sc: Scope,
+    prefix: str,
+    x: Saved,
+    rows: int,
+    stat_dtype: DType,
+    *,
+    bias: bool = True,
+    input_grad: bool = True,
 ) -> Saved:
     """``aten.native_layer_norm`` saves its input, mean and rstd (one per row: fp32 on CUDA,
-    the input dtype on CPU). Returns the output (which the next op may save)."""
+    the input dtype on CPU) -- needed for the input's gradient and the weight's alike, so only
+    an input needing no grad under a frozen weight saves nothing. Returns the output (which
+    the next op may save)."""
     width = x.numel // rows
-    weights: tuple[ParamTensor, ...] = (ParamTensor(f"{prefix}.weight", (width,), "norms"),)
-    if bias:
-        weights += (ParamTensor(f"{prefix}.bias", (width,), "norms"),)
+    trainable, weights = _norm_weights(sc, prefix, width, bias)
+    saves = [
+        x,
+        Saved(f"{prefix}.mean", rows, stat_dtype),
+        Saved(f"{prefix}.rstd", rows, stat_dtype),
+    ]
     sc.add(
         f"{prefix}.layer_norm",
         NORM,
-        [x, Saved(f"{prefix}.mean", rows, stat_dtype), Saved(f"{prefix}.rstd", rows, stat_dtype)],
+        saves if (input_grad or trainable) else [],
         8 * x.numel,
         "aten.native_layer_norm: saves input, mean, rstd",
         grads=2 * x.nbytes,
-        params=2 * width,  # weight and bias
+        params=2 * width if trainable else 0,  # weight and bias
         weights=weights,
     )
-    return Saved(f"{prefix}.out", x.numel, x.dtype)
+    return Saved(f"{prefix}.out", x.numel, x.dtype, needs_grad=input_grad or trainable)
 
 
 def rms_norm(
-    sc: Scope, prefix: str, x: Saved, rows: int, width: int, variant: Norm = Norm.rms_norm
+    sc: Scope,
+    prefix: str,
+    x: Saved,
+    rows: int,
+    width: int,
+    variant: Norm = Norm.rms_norm,
+    *,
+    input_grad: bool = True,
 ) -> Saved:
     """RMSNorm over the last ``width`` features of ``x`` (``rows`` of them), as HF writes it.
 
@@ -50,32 +81,44 @@ def rms_norm(
       in fp32 and saves y (fp32) for the weight gradient.
     - ``rms_norm_unit_offset`` (Gemma2RMSNorm): ``y * (1.0 + weight.float())`` saves y (fp32)
       and the fp32 ``1 + w`` vector (width elements, once per norm call, whatever the tokens).
+
+    A frozen weight (LoRA) drops what only its gradient needs (y); an input that needs no
+    grad (the first layer without enable_input_require_grads) drops the rest.
     """
     numel = x.numel
     x32 = x if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", numel, DType.fp32)
     rstd = Saved(f"{prefix}.rstd", rows, DType.fp32)
     g32 = 2 * numel * 4  # fp32 gradient in and out
-    weight = (ParamTensor(f"{prefix}.weight", (width,), "norms"),)
-    sc.add(f"{prefix}.pow", NORM, [x32], 2 * numel, "aten.pow.Tensor_Scalar: saves self", grads=g32)
-    sc.add(f"{prefix}.rsqrt", NORM, [rstd], 2 * rows, "aten.rsqrt: saves result")
+    trainable, weight = _norm_weights(sc, prefix, width, False)
+    ig = input_grad
+    sc.add(
+        f"{prefix}.pow",
+        NORM,
+        [x32] if ig else [],
+        2 * numel,
+        "aten.pow.Tensor_Scalar: saves self",
+        grads=g32,
+    )
+    sc.add(f"{prefix}.rsqrt", NORM, [rstd] if ig else [], 2 * rows, "aten.rsqrt: saves result")
     sc.add(
         f"{prefix}.mul_rstd",
         NORM,
-        [x32, rstd],
+        [x32, rstd] if ig else [],
         numel,
         "aten.mul.Tensor: saves self, other",
         grads=g32,
     )
+    params = width if trainable else 0
     if variant is Norm.rms_norm:
         normed = Saved(f"{prefix}.normed", numel, x.dtype)
         sc.add(
             f"{prefix}.mul_weight",
             NORM,
-            [normed],
+            [normed] if trainable else [],
             numel,
             "aten.mul.Tensor(weight, y): saves y (weight is a parameter)",
             grads=2 * x.nbytes + numel * 4,
-            params=width,
+            params=params,
             weights=weight,
         )
     elif variant is Norm.rms_norm_fp32_weight:
@@ -83,27 +126,28 @@ def rms_norm(
         sc.add(
             f"{prefix}.mul_weight",
             NORM,
-            [y32],
+            [y32] if trainable else [],
             numel,
             "aten.mul.Tensor(weight, y_fp32) in fp32: saves y (Olmo2RMSNorm)",
             grads=2 * numel * 4 + x.nbytes,
-            params=width,
+            params=params,
             weights=weight,
         )
     else:
         y32 = Saved(f"{prefix}.normed_fp32", numel, DType.fp32)
         one_plus_w = Saved(f"{prefix}.one_plus_weight", width, DType.fp32)
+        saves = ([y32] if trainable else []) + ([one_plus_w] if ig else [])
         sc.add(
             f"{prefix}.mul_weight",
             NORM,
-            [y32, one_plus_w],
+            saves,
             2 * numel,
             "aten.mul.Tensor(y, 1 + weight.float()): saves y and 1 + w (Gemma2RMSNorm)",
             grads=2 * numel * 4 + x.nbytes,
-            params=width,
+            params=params,
             weights=weight,
         )
-    return Saved(f"{prefix}.out", numel, x.dtype)
+    return Saved(f"{prefix}.out", numel, x.dtype, needs_grad=ig or trainable)
 
 
 def norm(
@@ -116,8 +160,9 @@ def norm(
     stat_dtype: DType,
     *,
     bias: bool = False,
+    input_grad: bool = True,
 ) -> Saved:
     """The norm ``variant`` over ``x`` (``rows`` x ``width``)."""
     if variant is Norm.layer_norm:
-        return layer_norm(sc, prefix, x, rows, stat_dtype, bias=bias)
-    return rms_norm(sc, prefix, x, rows, width, variant)
+        return layer_norm(sc, prefix, x, rows, stat_dtype, bias=bias, input_grad=input_grad)
+    return rms_norm(sc, prefix, x, rows, width, variant, input_grad=input_grad)

@@ -71,6 +71,11 @@ class Implementation:
     )
     """HF names of the parameters outside the blocks."""
 
+    lora_targets: tuple[str, ...] | None = ("q_proj", "v_proj")
+    """PEFT's default LoRA targets for the family
+    (``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``); None: PEFT has none and asks for
+    target_modules."""
+
     def mlp_name(self, prefix: str) -> Callable[[str], str]:
         """Op names of an MLP under ``prefix`` (``mlp``, or e.g. a shared expert's)."""
 

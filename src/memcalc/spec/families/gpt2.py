@@ -24,6 +24,7 @@ IMPL = Implementation(
     softmax_in_fp32=False,  # eager: softmax in the scores' dtype
     probs_to_query_dtype=False,  # probabilities cast to v's (the activation) dtype
     checkpoint_keeps_position_ids=False,
+    lora_targets=("c_attn",),
     param_prefix="transformer.h.{layer}.",
     param_renames={},
     outside_names={

@@ -1,0 +1,121 @@
+"""Frozen-base fine-tuning for real: PEFT LoRA adapters (``get_peft_model``), bitsandbytes
+quantized base linears, and PEFT's ``prepare_model_for_kbit_training`` -- applied to the HF
+model as a user's training script does, so ``measure`` and ``trace`` count what they keep."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from memcalc.errors import MemcalcError
+from memcalc.spec.finetune import ALL_LINEAR, AdapterDtype, Quantize
+from memcalc.spec.model import ModelSpec
+from memcalc.spec.training import TrainingSetup
+
+
+def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> nn.Module:
+    """``model`` with the setup's quantization, k-bit preparation and LoRA adapters."""
+    lora = setup.lora
+    if lora is None:
+        return model
+    try:
+        import peft
+    except ImportError:
+        raise MemcalcError("--lora-rank: measuring LoRA needs peft: pip install peft") from None
+    if setup.quantize is not Quantize.none:
+        _quantize(model, setup.quantize)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if setup.prepared_for_kbit:
+        # peft/utils/other.py prepare_model_for_kbit_training, without its own gradient
+        # checkpointing (memcalc applies recompute itself): fp32 for every non-4-bit 16-bit
+        # parameter.
+        for p in model.parameters():
+            if p.dtype in (torch.float16, torch.bfloat16) and type(p).__name__ != "Params4bit":
+                p.data = p.data.to(torch.float32)
+    if setup.embedding_output_requires_grad:
+        model.enable_input_require_grads()  # type: ignore[operator]
+    from memcalc.graph.lower import finetune_of
+    from memcalc.spec.families import family_of
+
+    ft = finetune_of(spec, setup, family_of(spec).impl)
+    assert ft is not None
+    targets: Any = ALL_LINEAR if ft.adapted is None else sorted(ft.adapted)
+    config = peft.LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        target_modules=targets,
+        lora_dropout=lora.dropout,
+        modules_to_save=sorted(ft.trained - {"embed_tokens", "lm_head"}) or None,
+        bias="none",
+    )
+    wrapped = peft.get_peft_model(
+        model, config, autocast_adapter_dtype=lora.adapter_dtype is AdapterDtype.fp32
+    )
+    if ft.trained & {"embed_tokens", "lm_head"}:
+        for name, p in wrapped.named_parameters():
+            if any(f"{m}." in name for m in ft.trained & {"embed_tokens", "lm_head"}):
+                p.requires_grad_(True)
+    return wrapped
+
+
+def _quantize(model: nn.Module, how: Quantize) -> None:
+    """Replace the decoder's nn.Linear layers with bitsandbytes' quantized ones (the LM head
+    stays, as transformers' bitsandbytes integration keeps it)."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        raise MemcalcError("--quantize: measuring it needs bitsandbytes") from None
+    for parent_name, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            full = f"{parent_name}.{name}" if parent_name else name
+            if not isinstance(child, nn.Linear) or full.endswith("lm_head"):
+                continue
+            weight = child.weight.data
+            if how is Quantize.int8:
+                new = bnb.nn.Linear8bitLt(
+                    child.in_features,
+                    child.out_features,
+                    bias=child.bias is not None,
+                    has_fp16_weights=False,
+                )
+                new.weight = bnb.nn.Int8Params(
+                    weight.to(torch.float16), requires_grad=False, has_fp16_weights=False
+                )
+            else:
+                quant_type = "fp4" if how is Quantize.fp4 else "nf4"
+                new = bnb.nn.Linear4bit(
+                    child.in_features,
+                    child.out_features,
+                    bias=child.bias is not None,
+                    compute_dtype=weight.dtype,
+                    quant_type=quant_type,
+                    compress_statistics=how is Quantize.nf4_dq,
+                )
+                new.weight = bnb.nn.Params4bit(
+                    weight,
+                    requires_grad=False,
+                    quant_type=quant_type,
+                    compress_statistics=how is Quantize.nf4_dq,
+                )
+            if child.bias is not None:
+                new.bias = nn.Parameter(child.bias.data, requires_grad=False)
+            setattr(parent, name, new.to(weight.device))
+
+
+def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The tensors bitsandbytes keeps beside quantized weights (absmax, codes, scales): they
+    are device memory of the parameters, though not parameters themselves."""
+    out: list[torch.Tensor] = []
+    for p in model.parameters():
+        state = getattr(p, "quant_state", None)
+        if state is not None:
+            out += [state.absmax, state.code]
+            if state.nested:
+                out += [state.state2.absmax, state.state2.code, state.offset]
+        scb = getattr(p, "SCB", None)
+        if isinstance(scb, torch.Tensor):
+            out.append(scb)
+    return [t for t in out if isinstance(t, torch.Tensor)]
