@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from memcalc.graph.lower import lower
+from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Component, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts
@@ -169,7 +169,7 @@ def estimate(
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
         setup = setup.replace(dropout=None)
-    graph = graph or lower(spec, setup)
+    graph = graph or lower_cached(spec, setup, device=device)
     tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
     vocab = graph.logits.numel // setup.tokens if graph.logits else spec.vocab_size
     par = setup.parallel
@@ -232,9 +232,7 @@ def estimate_graph(
         k, later = in_flight(0, par)
         stage = Stage(0, 0, graph, k, later, True, True)
     opt = optimizer_bytes(setup, counts, device)
-    plan = plan_for(
-        graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
-    )
+    plan = _plan(graph, options)
     offloaded = {o.what: o for o in options.offload}
     params_b = counts.weight_bytes(setup.weight_dtype.itemsize)
     grads_b = counts.grad_bytes(setup.gradient_dtype.itemsize)
@@ -414,6 +412,24 @@ def estimate_graph(
         transfers=transfers,
         time=time,
     )
+
+
+_PLANS: dict[tuple[object, ...], tuple[OpGraph, ActivationPlan]] = {}
+
+
+def _plan(graph: OpGraph, options: Options) -> ActivationPlan:
+    """The activation plan of ``graph`` under ``options``' recompute, computed once per graph
+    object (the graph is kept with it, so its id is not reused)."""
+    key = (id(graph), options.recompute, options.every, options.budget_bytes)
+    hit = _PLANS.get(key)
+    if hit is None or hit[0] is not graph:
+        if len(_PLANS) > 2048:
+            _PLANS.clear()
+        plan = plan_for(
+            graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
+        )
+        hit = _PLANS[key] = (graph, plan)
+    return hit[1]
 
 
 def _lora_note(setup: TrainingSetup, counts: ParamCounts) -> str:

@@ -74,6 +74,20 @@ class _Walk:
         return cls(tuple(steps))
 
 
+_WALKS: dict[int, tuple[Block, _Walk]] = {}
+
+
+def _walk(blk: Block) -> _Walk:
+    """The block's walk, computed once per block object (the planner re-estimates one lowered
+    graph many times)."""
+    hit = _WALKS.get(id(blk))
+    if hit is None or hit[0] is not blk:
+        if len(_WALKS) > 4096:
+            _WALKS.clear()
+        hit = _WALKS[id(blk)] = (blk, _Walk.of(blk))
+    return hit[1]
+
+
 @dataclass(frozen=True)
 class Pass:
     """The backward of one micro-batch: the loss, then each layer's backward (computed on
@@ -205,7 +219,7 @@ def step_timeline(
         for blk, c in zip(graph.kinds, plan.fully_recomputed, strict=False)
     )
     residual_grad = graph.block(0).input.nbytes if n else 0
-    walks = tuple(_Walk.of(b) for b in graph.kinds)
+    walks = tuple(_walk(b) for b in graph.kinds)
     epilogue = graph.epilogue_saved_bytes
     has_loss = setup.loss is Loss.standard and graph.logits is not None
 

@@ -97,6 +97,39 @@ def _split(n: int, ranks: int, what: str) -> int:
     return n // ranks
 
 
+_CACHE: dict[tuple[object, ...], OpGraph] = {}
+_CACHE_SIZE = 512
+
+
+def lower_cached(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:
+    """``lower``, remembered for the setup fields the lowering reads (the planner estimates one
+    graph under many data-parallel sizes, ZeRO stages, offloads and pipeline splits)."""
+    par = setup.parallel
+    key = (
+        spec,
+        setup.batch,
+        setup.seq,
+        setup.precision,
+        setup.attention,
+        setup.loss,
+        setup.dropout,
+        par.tp,
+        par.sequence_parallel,
+        par.cp,
+        setup.lora,
+        setup.quantize,
+        setup.prepared_for_kbit,
+        setup.embedding_output_requires_grad,
+        device,
+    )
+    graph = _CACHE.get(key)
+    if graph is None:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.clear()
+        graph = _CACHE[key] = lower(spec, setup, device=device)
+    return graph
+
+
 def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:
     """The op graph of one training step of ``spec`` under ``setup``.
 
