@@ -225,6 +225,23 @@ def test_communication_is_counted_per_dimension():
     assert b.time.bubble_seconds > 0 and b.time.communication_seconds > 0
 
 
+def test_sequence_parallel_moves_what_the_all_reduce_moves():
+    """Korthikanti et al. 2022 sec. 4.2.2: with SP each all-reduce becomes a reduce-scatter and
+    an all-gather of the full b s h activation, so the bytes on the wire per layer match (the
+    2 all-gathers that rebuild the weight-gradient inputs come on top)."""
+    seq = TrainingSetup(seq=4096, parallel=Parallelism(tp=8))
+    plain = TrainingSetup(seq=4096, parallel=Parallelism(tp=8, sp=False))
+    wire = {}
+    for name, s in (("sp", seq), ("plain", plain)):
+        b = estimate(LLAMA, s, GPU)
+        wire[name] = {t.collective.value: t.wire_bytes for t in b.transfers}
+    act = 4096 * LLAMA.hidden_size * 2 * 7 / 8  # one b s h bf16 activation x (n - 1) / n
+    layers = LLAMA.num_layers
+    assert wire["plain"]["all-reduce"] == pytest.approx(layers * 4 * 2 * act)
+    assert wire["sp"]["reduce-scatter"] == pytest.approx(layers * 4 * act)
+    assert wire["sp"]["all-gather"] == pytest.approx(layers * 6 * act)
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [

@@ -17,8 +17,9 @@ from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
 from memcalc.steptime import StepTime, step_time
 from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
-from memcalc.strategies.offload import DEFAULT_NVME_BYTES_PER_S, Offload, OffloadWhat, Traffic
+from memcalc.strategies.offload import Offload, OffloadWhat
 from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
+from memcalc.strategies.placement import gpu_activation_bytes, place
 from memcalc.strategies.recompute import ActivationPlan, Recompute, plan_for
 from memcalc.strategies.sharding import Sharding
 from memcalc.timeline import Moment, Timeline, step_timeline
@@ -26,6 +27,14 @@ from memcalc.timeline import Moment, Timeline, step_timeline
 DEFAULT_MFU = 0.4
 """Assumed model-FLOPs utilisation for turning FLOPs into seconds (typical well-tuned
 dense-transformer training reaches 0.35-0.55 of dense peak)."""
+
+DEFAULT_HEADROOM = 0.10
+"""Fraction of GPU memory a configuration must leave free to count as fitting: the caching
+allocator's fragmentation and cuBLAS/NCCL workspaces it does not see. GMLake (Guo et al.,
+ASPLOS 2024, arXiv:2401.08156) measured PyTorch's caching allocator wasting 15% of reserved
+memory on average (up to 33%) when training LLMs with recompute, offload, ZeRO and LoRA on
+A100-80GB; ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` reduces it (lower
+``--headroom`` then). 10% is an assumption between the two, stated in every result."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,8 @@ class Options:
     budget_bytes: int | None = None
     offload: tuple[Offload, ...] = ()
     mfu: float = DEFAULT_MFU
-    nvme_bytes_per_s: float = DEFAULT_NVME_BYTES_PER_S
+    headroom: float = DEFAULT_HEADROOM
+    """Fraction of GPU memory kept free (see DEFAULT_HEADROOM)."""
 
     @property
     def label(self) -> str:
@@ -138,12 +148,60 @@ class Breakdown:
         return self.transfer_seconds <= self.step_seconds
 
     @property
-    def fits(self) -> bool:
-        return self.peak_bytes <= self.gpu.memory_bytes
+    def reserve_bytes(self) -> int:
+        """GPU memory kept free for fragmentation and workspaces (``options.headroom``)."""
+        return int(self.gpu.memory_bytes * self.options.headroom)
+
+    @property
+    def usable_bytes(self) -> int:
+        """GPU memory the peak may use: the device's minus the reserve."""
+        return self.gpu.memory_bytes - self.reserve_bytes
 
     @property
     def headroom_bytes(self) -> int:
+        """GPU memory left at the peak (negative: over the device)."""
         return self.gpu.memory_bytes - self.peak_bytes
+
+    @property
+    def ranks_per_node(self) -> int:
+        """GPUs of this job on one server (they share its host RAM and NVMe)."""
+        return min(self.setup.parallel.world_size, self.gpu.gpus_per_node)
+
+    @property
+    def host_bytes_per_node(self) -> int:
+        """Host RAM the node's ranks pin for offloaded states (this rank's x ranks per node)."""
+        return self.host_bytes * self.ranks_per_node
+
+    @property
+    def host_memory_per_node(self) -> int:
+        return self.gpu.host_memory_bytes_per_gpu * self.gpu.gpus_per_node
+
+    @property
+    def nvme_bytes_per_node(self) -> int:
+        return self.nvme_bytes * self.ranks_per_node
+
+    @property
+    def nvme_capacity_per_node(self) -> int:
+        return self.gpu.nvme_bytes_per_gpu * self.gpu.gpus_per_node
+
+    @property
+    def over_gpu_bytes(self) -> int:
+        """Bytes the peak exceeds the usable GPU memory by (0 when it fits)."""
+        return max(0, self.peak_bytes - self.usable_bytes)
+
+    @property
+    def over_host_bytes(self) -> int:
+        return max(0, self.host_bytes_per_node - self.host_memory_per_node)
+
+    @property
+    def over_nvme_bytes(self) -> int:
+        return max(0, self.nvme_bytes_per_node - self.nvme_capacity_per_node)
+
+    @property
+    def fits(self) -> bool:
+        """The peak leaves the reserve free, and the node's host RAM and NVMe hold what is
+        offloaded to them."""
+        return not (self.over_gpu_bytes or self.over_host_bytes or self.over_nvme_bytes)
 
 
 def estimate(
@@ -171,7 +229,6 @@ def estimate(
         setup = setup.replace(dropout=None)
     graph = graph or lower_cached(spec, setup, device=device)
     tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
-    vocab = graph.logits.numel // setup.tokens if graph.logits else spec.vocab_size
     par = setup.parallel
     stages = pipeline_stages(graph, par, tied=spec.tie_embeddings)
     notes: tuple[str, ...] = (tied,)
@@ -191,9 +248,7 @@ def estimate(
     for st in stages:
         key = (st.graph.layout, st.is_first, st.is_last, st.in_flight, st.in_flight_later)
         if key not in done:
-            counts = graph_param_counts(
-                st.graph, lm_head_numel=vocab * spec.hidden_size if st.is_last else 0
-            )
+            counts = stage_param_counts(spec, setup, graph, st)
             done[key] = estimate_graph(
                 spec.name,
                 st.graph,
@@ -209,7 +264,19 @@ def estimate(
     worst = max(results, key=lambda b: b.peak_bytes)
     if par.pp == 1:
         return worst
-    return replace(worst, stages=tuple(results))
+    # the step lasts as long as its slowest stage
+    slowest = max(results, key=lambda b: b.time.total_seconds if b.time else 0.0)
+    return replace(worst, stages=tuple(results), time=slowest.time)
+
+
+def stage_param_counts(
+    spec: ModelSpec, setup: TrainingSetup, graph: OpGraph, stage: Stage
+) -> ParamCounts:
+    """The parameter counts one rank of ``stage`` holds (the LM head's weight on the last)."""
+    vocab = graph.logits.numel // setup.tokens if graph.logits else spec.vocab_size
+    return graph_param_counts(
+        stage.graph, lm_head_numel=vocab * spec.hidden_size if stage.is_last else 0
+    )
 
 
 def estimate_graph(
@@ -233,10 +300,6 @@ def estimate_graph(
         stage = Stage(0, 0, graph, k, later, True, True)
     opt = optimizer_bytes(setup, counts, device)
     plan = _plan(graph, options)
-    offloaded = {o.what: o for o in options.offload}
-    params_b = counts.weight_bytes(setup.weight_dtype.itemsize)
-    grads_b = counts.grad_bytes(setup.gradient_dtype.itemsize)
-    opt_b = opt.total_bytes
     assumptions = [
         f"precision {setup.precision.value}: weights {setup.weight_dtype.value}, gradients "
         f"{setup.gradient_dtype.value}, optimizer states {setup.optimizer_dtype.value}"
@@ -250,7 +313,10 @@ def estimate_graph(
         f"attention kernel {setup.attention.value}; loss {setup.loss.value}",
         *notes,
         f"runtime overhead {gpu.runtime_overhead_bytes} bytes from the GPU profile "
-        "(context + workspaces); allocator fragmentation not included",
+        "(context + workspaces)",
+        f"fits = peak at most {1 - options.headroom:.0%} of GPU memory: {options.headroom:.0%} "
+        "kept free for allocator fragmentation (GMLake, Guo et al. 2024: 15% on average with "
+        "the default caching allocator; --headroom)",
         "logits are freed after the loss (as HF Trainer does); keeping model outputs alive "
         "adds b*s*V of the activation dtype",
     ]
@@ -266,70 +332,30 @@ def estimate_graph(
     assumptions.append(sharding.describe())
     if par.world_size > par.dp:
         assumptions.append(f"layout: {par.describe()}")
-    params_b = sharding.share(params_b, from_stage=3)
-    grads_b = sharding.share(grads_b, from_stage=2)
-    opt_b = sharding.share(opt_b, from_stage=1)
-    traffic = Traffic()
-    gpu_params, gpu_grads, gpu_opt, gpu_acts = params_b, grads_b, opt_b, plan.stored_bytes
-    step_temp = sharding.share(opt.step_temporary_bytes, from_stage=1)
-    # seconds of host/NVMe traffic that overlap the backward / that are exposed
-    overlapped = exposed = cpu_step = 0.0
-    link = gpu.host_link_bytes_per_s
-    if OffloadWhat.params in offloaded and OffloadWhat.optimizer not in offloaded:
-        offloaded[OffloadWhat.optimizer] = Offload.parse("optimizer=cpu")
-        assumptions.append("params=cpu implies optimizer=cpu (ZeRO-3 offload requires it)")
+    gpu_acts = gpu_activation_bytes(
+        plan.stored_bytes,
+        graph.prologue_saved_bytes + graph.epilogue_saved_bytes,
+        any(o.what is OffloadWhat.activations for o in options.offload),
+    )
+    placed = place(
+        counts,
+        setup,
+        opt,
+        sharding,
+        options.offload,
+        gpu,
+        stored_activation_bytes=plan.stored_bytes,
+        kept_activation_bytes=gpu_acts,
+        in_flight=stage.in_flight,
+        microbatches=par.microbatches,
+    )
     if setup.lora is not None:
         assumptions.append(_lora_note(setup, counts))
-    if OffloadWhat.optimizer in offloaded:
-        where = offloaded[OffloadWhat.optimizer].where.value
-        moved = grads_b + params_b  # gradients down, updated weights up (ZeRO-Offload)
-        if where == "cpu":
-            traffic = Traffic(host_bytes=opt_b + grads_b, host_link_bytes=moved)
-        else:
-            traffic = Traffic(
-                host_bytes=grads_b,
-                nvme_bytes=opt_b,
-                host_link_bytes=moved,
-                nvme_link_bytes=2 * opt_b,
-            )
-            exposed += 2 * opt_b / options.nvme_bytes_per_s
-        overlapped += grads_b / link
-        exposed += params_b / link
-        cpu_step = sharding.share(counts.trainable, from_stage=1) / gpu.cpu_adam_params_per_s
-        gpu_opt, step_temp = 0, 0
-        assumptions.append(
-            f"optimizer step on the CPU ({where}) at {gpu.cpu_adam_params_per_s:.3g} "
-            "parameters/s (profile); gradients go down during backward, weights come back after"
-        )
-    if OffloadWhat.params in offloaded:
-        resident = max(2 * counts.per_block, counts.embedding, counts.head)
-        gpu_params = resident * setup.weight_dtype.itemsize
-        gpu_grads = min(grads_b, resident * setup.gradient_dtype.itemsize)
-        traffic = Traffic(
-            host_bytes=traffic.host_bytes + params_b,
-            nvme_bytes=traffic.nvme_bytes,
-            host_link_bytes=traffic.host_link_bytes + 2 * params_b,
-            nvme_link_bytes=traffic.nvme_link_bytes,
-        )
-        overlapped += 2 * params_b / link
-        assumptions.append(
-            "params=cpu: two blocks' weights resident (current + prefetch), "
-            "weights streamed up in forward and again in backward"
-        )
-    if OffloadWhat.activations in offloaded:
-        gpu_acts = plan.stored_bytes - _offloadable(graph, plan)
-        moved = 2 * (plan.stored_bytes - gpu_acts)
-        traffic = Traffic(
-            host_bytes=traffic.host_bytes + plan.stored_bytes - gpu_acts,
-            nvme_bytes=traffic.nvme_bytes,
-            host_link_bytes=traffic.host_link_bytes + moved,
-            nvme_link_bytes=traffic.nvme_link_bytes,
-        )
-        overlapped += moved / link
-        assumptions.append(
-            "activations=cpu: saved tensors of the blocks go to pinned host "
-            "memory (save_on_cpu); one block's come back at a time"
-        )
+    assumptions.extend(placed.notes)
+    gpu_params = placed.gpu_parameter_bytes
+    gpu_grads = placed.gpu_gradient_bytes
+    gpu_opt = placed.gpu_optimizer_bytes
+    step_temp = placed.step_temporary_bytes
 
     buffers = 0
     if par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed and not par.bucket_view:
@@ -352,8 +378,8 @@ def estimate_graph(
         optimizer_bytes=gpu_opt,
         stored_activation_bytes=gpu_acts,
         step_temporary_bytes=step_temp,
-        grads_resident=OffloadWhat.params not in offloaded,
-        activations_offloaded=OffloadWhat.activations in offloaded,
+        grads_resident=placed.grads_resident,
+        activations_offloaded=placed.activations_offloaded,
         sharding=sharding,
         others_first=(stage.in_flight - 1) * gpu_acts,
         others_later=(
@@ -369,7 +395,7 @@ def estimate_graph(
     comp = {c.value: plan.stored_by_component.get(c, 0) for c in Component}
     if gpu_acts != plan.stored_bytes:
         comp = {k: 0 for k in comp} | {"output": gpu_acts}
-    transfers = tuple(step_transfers(par, _step_shape(graph, counts, setup, plan), _links(gpu)))
+    transfers = tuple(step_transfers(par, step_shape(graph, counts, setup, plan), links_of(gpu)))
     time = step_time(
         micro_batch_compute_seconds=3 * graph.forward_flops / flops_per_s,
         micro_batch_recompute_seconds=plan.extra_forward_flops / flops_per_s,
@@ -377,10 +403,10 @@ def estimate_graph(
         pp=par.pp,
         vpp=par.vpp,
         transfers=transfers,
-        offload_overlapped_seconds=overlapped,
-        offload_exposed_seconds=exposed,
+        offload_overlapped_seconds=placed.overlapped_seconds,
+        offload_exposed_seconds=placed.exposed_seconds,
         backward_window_seconds=par.microbatches * 2 * graph.forward_flops / flops_per_s,
-        cpu_optimizer_seconds=cpu_step,
+        cpu_optimizer_seconds=placed.cpu_step_seconds,
     )
     return Breakdown(
         model_name=model_name,
@@ -397,10 +423,11 @@ def estimate_graph(
         overhead_bytes=gpu.runtime_overhead_bytes,
         peak=peak,
         timeline=timeline,
-        host_bytes=traffic.host_bytes,
-        nvme_bytes=traffic.nvme_bytes,
-        moved_bytes_per_step=traffic.host_link_bytes + traffic.nvme_link_bytes,
-        transfer_seconds=traffic.seconds(gpu.host_link_bytes_per_s, options.nvme_bytes_per_s),
+        host_bytes=placed.host_bytes,
+        nvme_bytes=placed.nvme_bytes,
+        moved_bytes_per_step=placed.host_link_bytes + placed.nvme_link_bytes,
+        transfer_seconds=placed.host_link_bytes / gpu.host_link_bytes_per_s
+        + (placed.nvme_link_bytes / gpu.nvme_bytes_per_s if placed.nvme_link_bytes else 0.0),
         forward_flops=graph.forward_flops,
         extra_forward_flops=plan.extra_forward_flops,
         step_seconds=step_seconds,
@@ -453,10 +480,11 @@ def _lora_note(setup: TrainingSetup, counts: ParamCounts) -> str:
     return "; ".join(parts)
 
 
-def _step_shape(
+def step_shape(
     graph: OpGraph, counts: ParamCounts, setup: TrainingSetup, plan: ActivationPlan
 ) -> StepShape:
     """What the rank's collectives depend on."""
+    par = setup.parallel
     kinds = graph.kinds
     attn = next((b for b in kinds), None)
     kv_width = 0
@@ -465,7 +493,12 @@ def _step_shape(
     forwards = plan.extra_forward_flops / max(1, graph.over_layers(lambda b: b.flops))
     return StepShape(
         tokens=setup.tokens,
-        hidden=graph.block(0).input.numel // max(1, setup.tokens) if graph.num_layers else 0,
+        # the residual stream's width (sequence parallelism shards its tokens, not its width)
+        hidden=graph.block(0).input.numel
+        // max(1, setup.tokens)
+        * (par.tp if par.sequence_parallel else 1)
+        if graph.num_layers
+        else 0,
         kv_width=kv_width,
         dtype_bytes=setup.activation_dtype.itemsize,
         grad_bytes_per_param=setup.gradient_dtype.itemsize,
@@ -478,7 +511,8 @@ def _step_shape(
     )
 
 
-def _links(gpu: GpuProfile) -> Links:
+def links_of(gpu: GpuProfile) -> Links:
+    """The bandwidths of the profile's server and network."""
     return Links(
         gpu.gpus_per_node,
         gpu.intra_node_bytes_per_s,
@@ -486,11 +520,3 @@ def _links(gpu: GpuProfile) -> Links:
         gpu.intra_node_link,
         gpu.inter_node_link,
     )
-
-
-def _offloadable(graph: OpGraph, plan: ActivationPlan) -> int:
-    """Bytes ``save_on_cpu`` moves off the GPU: what the blocks hold (their saved tensors, or
-    their checkpointed inputs); the prologue/epilogue tensors stay (the loss needs them first
-    in backward)."""
-    outside = graph.prologue_saved_bytes + graph.epilogue_saved_bytes
-    return max(0, plan.stored_bytes - outside)

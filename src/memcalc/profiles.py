@@ -280,6 +280,18 @@ class GpuProfile:
             f"{self.memory_bytes}). {self.notes}".strip(),
         )
 
+    def with_host_memory(self, bytes_per_node: int) -> GpuProfile:
+        """This profile with another server's host RAM (``--host-memory``, per node).
+
+        >>> load_profile("h100").with_host_memory(2**40).host_memory_bytes_per_gpu == 2**40 // 8
+        True
+        """
+        return replace(
+            self,
+            host_memory_bytes_per_gpu=_positive_bytes(bytes_per_node) // self.gpus_per_node,
+            notes=f"host RAM per node set to {bytes_per_node} bytes. {self.notes}".strip(),
+        )
+
     def matmul_flops_per_s(self, dtype: DType) -> float:
         """Dense peak for matmuls in ``dtype`` (fp32 uses TF32 tensor cores when present)."""
         by_dtype = {

@@ -101,3 +101,38 @@ def parse_size(text: str, field: str = "--budget") -> int:
     if value <= 0:
         raise MemcalcError(f"{field}: must be positive, got {text!r}")
     return int(value)
+
+
+_COUNT_SUFFIXES = {
+    "": 1,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "b": 10**9,
+    "ki": 2**10,
+    "mi": 2**20,
+    "gi": 2**30,
+}
+
+
+def parse_count(text: str, field: str) -> int:
+    """A count from '4M' (4e6), '4Mi' (4 x 2^20), '4e6' or '4194304'.
+
+    >>> parse_count("4Mi", "--global-tokens"), parse_count("2.5k", "--global-tokens")
+    (4194304, 2500)
+    """
+    from memcalc.errors import MemcalcError
+
+    cleaned = text.strip().lower().replace(" ", "").replace("_", "").replace(",", "")
+    number = cleaned.rstrip("abcdefghijklmnopqrstuvwxyz")
+    suffix = cleaned[len(number) :]
+    try:
+        value = float(number) * _COUNT_SUFFIXES[suffix]
+    except (ValueError, KeyError):
+        raise MemcalcError(
+            f"{field}: cannot read {text!r} as a count; use a number, optionally with k, M, G "
+            "(powers of 10) or Ki, Mi, Gi (powers of 2)"
+        ) from None
+    if not (value >= 1 and value == int(value)) or value > 1e15:
+        raise MemcalcError(f"{field}: must be a whole number from 1 to 1e15, got {text!r}")
+    return int(value)

@@ -26,6 +26,7 @@ memcalc.validate.FieldError: my.toml: layers: must be at least 1 (1 to 1,000,000
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import types
@@ -205,9 +206,11 @@ def check(obj: Any) -> None:
     hints = _hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
+        hint = hints[f.name]
         if f.metadata.get("size"):
             value = _size(f.name, value)
-        value = _coerce(f.name, value, hints[f.name])
+        if type(value) is not hint:  # the common case (already the right type) needs nothing
+            value = _coerce(f.name, value, hint)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and f.metadata:
             _check_bounds(f.name, value, f.metadata)
         if value is not getattr(obj, f.name):
@@ -250,3 +253,12 @@ def describe(cls: type) -> dict[str, str]:
 def replace(obj: T, **changes: Any) -> T:
     """A copy with ``changes``, validated again."""
     return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
+
+
+def derive(obj: T, **changes: Any) -> T:
+    """A copy with ``changes`` the caller knows keep it valid, not validated again (the
+    planner's hot loop: a valid layout at another ZeRO stage)."""
+    new = copy.copy(obj)
+    for name, value in changes.items():
+        object.__setattr__(new, name, value)
+    return new

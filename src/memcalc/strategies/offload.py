@@ -73,24 +73,3 @@ class Offload:
                 "(only optimizer=nvme goes to NVMe)"
             )
         return cls(w, loc)
-
-
-DEFAULT_NVME_BYTES_PER_S = 5e9
-"""Assumed sustained NVMe read/write rate (one PCIe 4.0 x4 drive, ~5-7 GB/s sequential)."""
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """Host/NVMe residency and per-step movement implied by the offloads."""
-
-    host_bytes: int = 0
-    nvme_bytes: int = 0
-    host_link_bytes: int = 0
-    """Bytes over the GPU host link per step, both directions added."""
-    nvme_link_bytes: int = 0
-    """Bytes read + written on NVMe per step."""
-
-    def seconds(self, host_link_bytes_per_s: float, nvme_bytes_per_s: float) -> float:
-        return (
-            self.host_link_bytes / host_link_bytes_per_s + self.nvme_link_bytes / nvme_bytes_per_s
-        )

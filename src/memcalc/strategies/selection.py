@@ -16,11 +16,14 @@ def default_strategies(num_blocks: int, setup: TrainingSetup) -> list[Options]:
     (optimizer offload only when the optimizer holds something)."""
     rows = [Options(recompute=r) for r in (Recompute.none, Recompute.selective, Recompute.full)]
     rows.append(Options(recompute=Recompute.every_k, every=sqrt_k(num_blocks)))
-    if setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed:
+    par = setup.parallel
+    sharded = par.dp == 1 or par.zero  # offloading the optimizer needs ZeRO across ranks
+    if (setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed) and sharded:
         rows.append(Options(offload=(Offload.parse("optimizer=cpu"),)))
         rows.append(Options(offload=(Offload.parse("optimizer=nvme"),)))
     rows.append(Options(recompute=Recompute.full, offload=(Offload.parse("activations=cpu"),)))
-    rows.append(Options(offload=(Offload.parse("params=cpu"), Offload.parse("optimizer=cpu"))))
+    if par.dp == 1 or par.zero == 3:  # and the parameters ZeRO-3
+        rows.append(Options(offload=(Offload.parse("params=cpu"), Offload.parse("optimizer=cpu"))))
     return rows
 
 

@@ -1,0 +1,183 @@
+"""Where each model state lives under an offload choice -- GPU, pinned host RAM or NVMe -- and
+what moving it costs per step. One function, shared by ``estimate`` (the breakdown) and
+``plan`` (its memory bound), so both place bytes the same way.
+
+Sources: ZeRO-Offload (Ren et al. 2021: fp32 optimizer states and master weights, and the
+optimizer step, on the CPU; 16-bit gradients go down during backward, updated 16-bit weights
+come back after the step), ZeRO-Infinity (Rajbhandari et al. 2021: optimizer states on NVMe,
+parameters streamed from the host one block at a time) and
+``torch.autograd.graph.save_on_cpu`` (saved tensors copied to pinned host memory in forward,
+back in backward).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memcalc.errors import MemcalcError
+from memcalc.optimizer import OptimizerBytes
+from memcalc.params import ParamCounts
+from memcalc.profiles import GpuProfile
+from memcalc.spec.training import TrainingSetup
+from memcalc.strategies.offload import Offload, OffloadWhat, OffloadWhere
+from memcalc.strategies.sharding import Sharding
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One rank's model states on the GPU, host and NVMe, and the seconds of moving them."""
+
+    offloads: tuple[Offload, ...]
+    """The offloads in effect (params=cpu brings optimizer=cpu with it)."""
+    gpu_parameter_bytes: int
+    gpu_gradient_bytes: int
+    gpu_optimizer_bytes: int
+    step_temporary_bytes: int
+    """The optimizer step's temporaries on the GPU (0 when the step runs on the CPU)."""
+    host_bytes: int
+    nvme_bytes: int
+    host_link_bytes: int
+    """Bytes over the host link per step, both directions added."""
+    nvme_link_bytes: int
+    """Bytes read + written on NVMe per step."""
+    overlapped_seconds: float
+    """Transfers that run during the backward (hidden up to its length)."""
+    exposed_seconds: float
+    """Transfers no compute hides (weights coming back after the CPU step, NVMe swaps)."""
+    cpu_step_seconds: float
+    """The optimizer step on the CPU."""
+    notes: tuple[str, ...]
+
+    @property
+    def offloaded(self) -> frozenset[OffloadWhat]:
+        return frozenset(o.what for o in self.offloads)
+
+    @property
+    def grads_resident(self) -> bool:
+        """Every gradient stays on the GPU until the step (not with params=cpu)."""
+        return OffloadWhat.params not in self.offloaded
+
+    @property
+    def activations_offloaded(self) -> bool:
+        return OffloadWhat.activations in self.offloaded
+
+
+def effective_offloads(offloads: tuple[Offload, ...]) -> tuple[Offload, ...]:
+    """The offloads as they run: ZeRO-3 offload of the parameters requires the optimizer's
+    (DeepSpeed ``offload_param`` needs ``offload_optimizer``), so params=cpu adds
+    optimizer=cpu when no optimizer offload was chosen."""
+    whats = {o.what for o in offloads}
+    if OffloadWhat.params in whats and OffloadWhat.optimizer not in whats:
+        return (*offloads, Offload(OffloadWhat.optimizer, OffloadWhere.cpu))
+    return offloads
+
+
+def gpu_activation_bytes(stored_bytes: int, outside_blocks_bytes: int, offloaded: bool) -> int:
+    """Stored activations left on the GPU: with activations=cpu the blocks' saved tensors (or
+    checkpointed inputs) go to the host; the prologue's and epilogue's stay (the loss needs
+    them first in backward)."""
+    return min(stored_bytes, outside_blocks_bytes) if offloaded else stored_bytes
+
+
+def place(
+    counts: ParamCounts,
+    setup: TrainingSetup,
+    optimizer: OptimizerBytes,
+    sharding: Sharding,
+    offloads: tuple[Offload, ...],
+    gpu: GpuProfile,
+    *,
+    stored_activation_bytes: int = 0,
+    kept_activation_bytes: int = 0,
+    in_flight: int = 1,
+    microbatches: int = 1,
+) -> Placement:
+    """The Placement of one rank's parameters, gradients and optimizer states (and, with
+    activations=cpu, of the offloaded activations: ``in_flight`` micro-batches' on the host,
+    every micro-batch's down and back up)."""
+    given = offloads
+    offloads = effective_offloads(offloads)
+    by_what = {o.what: o for o in offloads}
+    if sharding.gpus > 1:
+        # DeepSpeed offloads the optimizer from ZeRO-1 on and the parameters only at ZeRO-3;
+        # FSDP's CPUOffload moves its (sharded) parameters with the optimizer states
+        if OffloadWhat.params in by_what and sharding.stage < 3:
+            raise MemcalcError(
+                "--offload params=cpu: with more than one data-parallel GPU the parameters "
+                "are offloaded sharded, so it needs --zero 3 (DeepSpeed offload_param, FSDP "
+                "CPUOffload)"
+            )
+        if OffloadWhat.optimizer in by_what and sharding.stage < 1:
+            raise MemcalcError(
+                "--offload optimizer: with more than one data-parallel GPU it needs --zero 1 or "
+                "more (DeepSpeed offload_optimizer shards the states it moves)"
+            )
+    params_b = sharding.share(counts.weight_bytes(setup.weight_dtype.itemsize), from_stage=3)
+    grads_b = sharding.share(counts.grad_bytes(setup.gradient_dtype.itemsize), from_stage=2)
+    opt_b = sharding.share(optimizer.total_bytes, from_stage=1)
+    step_temp = sharding.share(optimizer.step_temporary_bytes, from_stage=1)
+    gpu_params, gpu_grads, gpu_opt = params_b, grads_b, opt_b
+    host = nvme = host_link = nvme_link = 0
+    overlapped = exposed = cpu_step = 0.0
+    link = gpu.host_link_bytes_per_s
+    notes: list[str] = []
+    if offloads != given:
+        notes.append("params=cpu implies optimizer=cpu (ZeRO-3 offload requires it)")
+    if OffloadWhat.optimizer in by_what:
+        where = by_what[OffloadWhat.optimizer].where
+        host_link += grads_b + params_b  # gradients down, updated weights up (ZeRO-Offload)
+        if where is OffloadWhere.cpu:
+            host += opt_b + grads_b
+        else:
+            if gpu.nvme_bytes_per_s <= 0:
+                raise MemcalcError(
+                    f"--offload optimizer=nvme: {gpu.display_name}'s profile has no local NVMe "
+                    "(nvme_bytes_per_s = 0); use optimizer=cpu"
+                )
+            host += grads_b
+            nvme += opt_b
+            nvme_link += 2 * opt_b
+            exposed += 2 * opt_b / gpu.nvme_bytes_per_s
+        overlapped += grads_b / link
+        exposed += params_b / link
+        cpu_step = sharding.share(counts.trainable, from_stage=1) / gpu.cpu_adam_params_per_s
+        gpu_opt, step_temp = 0, 0
+        notes.append(
+            f"optimizer step on the CPU ({where.value}) at {gpu.cpu_adam_params_per_s:.3g} "
+            "parameters/s (profile); gradients go down during backward, weights come back after"
+        )
+    if OffloadWhat.params in by_what:
+        resident = max(2 * counts.per_block, counts.embedding, counts.head)
+        gpu_params = resident * setup.weight_dtype.itemsize
+        gpu_grads = min(grads_b, resident * setup.gradient_dtype.itemsize)
+        host += params_b
+        host_link += 2 * params_b
+        overlapped += 2 * params_b / link
+        notes.append(
+            "params=cpu: two blocks' weights resident (current + prefetch), "
+            "weights streamed up in forward and again in backward"
+        )
+    if OffloadWhat.activations in by_what:
+        per_micro_batch = stored_activation_bytes - kept_activation_bytes
+        host += per_micro_batch * in_flight
+        host_link += 2 * per_micro_batch * microbatches
+        overlapped += 2 * per_micro_batch * microbatches / link
+        notes.append(
+            "activations=cpu: saved tensors of the blocks go to pinned host "
+            "memory (save_on_cpu); one block's come back at a time"
+        )
+    return Placement(
+        offloads=offloads,
+        gpu_parameter_bytes=gpu_params,
+        gpu_gradient_bytes=gpu_grads,
+        gpu_optimizer_bytes=gpu_opt,
+        step_temporary_bytes=step_temp,
+        host_bytes=host,
+        nvme_bytes=nvme,
+        host_link_bytes=host_link,
+        nvme_link_bytes=nvme_link,
+        overlapped_seconds=overlapped,
+        exposed_seconds=exposed,
+        cpu_step_seconds=cpu_step,
+        notes=tuple(notes),
+    )
