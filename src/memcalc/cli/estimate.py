@@ -61,5 +61,21 @@ def estimate_command(**values: Any) -> None:
             options,
             values["fmt"],
             values["unit"],
+            hint=plan_hint(values),
         )
     )
+
+
+def plan_hint(values: dict[str, Any]) -> str:
+    """The ``memcalc plan`` command for the same model, GPU and setup."""
+    words = ["memcalc plan", f"--model {values['model']}", f"--gpu {values['gpu']}"]
+    for flag, default in (("seq", 1024), ("batch", 1)):
+        if values[flag] != default:
+            words.append(f"--{flag} {values[flag]}")
+    for flag in ("precision", "optimizer", "quantize"):
+        value = values.get(flag)
+        if value is not None and value.value not in ("bf16-mixed", "adamw", "none"):
+            words.append(f"--{flag} {value.value}")
+    if values.get("lora_rank") is not None:
+        words.append(f"--lora-rank {values['lora_rank']}")
+    return " ".join(words)

@@ -1,80 +1,207 @@
-"""``memcalc plan``: the cheapest strategy that fits, per GPU count and ZeRO stage."""
+"""``memcalc plan``: the fewest GPUs of each kind that fit, the fastest configuration within
+``--max-gpus``, the largest micro-batch or sequence that fits (``--maximize``)."""
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
-from memcalc.cli.common import EnumChoice, gpu_option, model_option, output_options
+from memcalc.cli.common import (
+    finetune_options,
+    model_option,
+    output_options,
+    setup_fields,
+    setup_options,
+)
 from memcalc.errors import MemcalcError
-from memcalc.plan import plan
-from memcalc.profiles import load_profile
-from memcalc.report import render_plan
+from memcalc.estimate import DEFAULT_HEADROOM, DEFAULT_MFU, Options
+from memcalc.profiles import DEFAULT_GPU, load_profile
 from memcalc.spec.loaders import load_model, training_setup
-from memcalc.spec.training import Attention, OptimizerKind, Precision
+from memcalc.units import parse_count, parse_size
 
 EXAMPLES = """\b
 Examples:
-  memcalc plan --model llama-2-7b --seq 4096 --max-gpus 8
-  memcalc plan --model llama-3-70b --gpu h100 --seq 8192 --max-gpus 64 --format json
+  memcalc plan --model llama-3-70b --gpu h100-sxm-80gb --seq 8192 --global-batch 512
+  memcalc plan --model llama-2-7b --gpu rtx-4090-24gb --gpu a100-sxm-80gb --gpu h100-sxm-80gb
+  memcalc plan --model llama-3-8b --gpu rtx-4090-24gb --lora-rank 16 --maximize batch
+  memcalc plan --model qwen3-32b --gpu h100-sxm-80gb --max-gpus 64 --format json
 """
+
+MAX_GPUS = 65536
+"""The most GPUs ``--max-gpus`` may ask for (the search grows with it)."""
 
 
 @click.command("plan", epilog=EXAMPLES)
 @model_option()
-@gpu_option
 @click.option(
-    "--batch", "-b", type=int, default=1, show_default=True, help="Micro-batch size per GPU."
+    "--gpu",
+    "gpus",
+    multiple=True,
+    help=f"GPU profile or alias, repeatable to compare kinds (default {DEFAULT_GPU}).",
 )
-@click.option("--seq", "-s", type=int, default=1024, show_default=True, help="Sequence length.")
+@setup_options
+@finetune_options
 @click.option(
-    "--precision",
-    type=EnumChoice(Precision),
-    default=Precision.bf16_mixed.value,
+    "--max-gpus", type=int, default=64, show_default=True, help="Most GPUs of one kind to use."
+)
+@click.option(
+    "--global-batch",
+    type=int,
+    default=None,
+    help="Sequences per optimizer step over all GPUs (micro-batch x accumulation x dp).",
+)
+@click.option(
+    "--global-tokens",
+    default=None,
+    help="Tokens per optimizer step (e.g. 4M): --global-batch = this / --seq.",
+)
+@click.option(
+    "--microbatches",
+    type=int,
+    default=1,
     show_default=True,
-    help="Precision recipe.",
+    help="Accumulation steps without --global-batch (pipelines run at least pp).",
 )
 @click.option(
-    "--optimizer",
-    type=EnumChoice(OptimizerKind),
-    default=OptimizerKind.adamw.value,
+    "--headroom",
+    default=f"{DEFAULT_HEADROOM:.0%}",
     show_default=True,
-    help="Optimizer.",
+    help="GPU memory kept free for allocator fragmentation (e.g. 10% or 0.1).",
 )
 @click.option(
-    "--attention",
-    type=EnumChoice(Attention),
-    default=Attention.sdpa.value,
+    "--host-memory",
+    default=None,
+    help="Host RAM per node for offloads (e.g. 1TiB); default: the GPU profile's server.",
+)
+@click.option(
+    "--mfu",
+    type=float,
+    default=DEFAULT_MFU,
     show_default=True,
-    help="Attention kernel.",
+    help="Model-FLOPs utilisation used to turn FLOPs into time.",
 )
 @click.option(
-    "--max-gpus", type=int, default=8, show_default=True, help="Largest data-parallel size tried."
+    "--maximize",
+    type=click.Choice(["batch", "seq"], case_sensitive=False),
+    default=None,
+    help="Also find the largest micro-batch or sequence length that fits.",
 )
+@click.option("--top", type=int, default=10, show_default=True, help="Rows of the ranked table.")
+@click.option("--why", is_flag=True, help="Say why fewer GPUs do not fit.")
 @output_options
 def plan_command(**values: Any) -> None:
-    """For 1, 2, 4, ... GPUs and each ZeRO stage: the cheapest recompute / offload strategy that
-    fits (least added step time), or that nothing fits."""
+    """The fewest GPUs of each kind that fit, the fastest configuration within --max-gpus and
+    a ranked table -- searched over data, tensor, pipeline, context and expert parallelism,
+    ZeRO stages, recompute, offload and gradient accumulation."""
+    from memcalc.plan import Maximize, PlanRequest, maximize, plan
+    from memcalc.report.plan import render_plan
+
     spec = load_model(values["model"])
-    profile = load_profile(values["gpu"])
-    max_gpus = values["max_gpus"]
-    if max_gpus < 1:
-        raise MemcalcError(f"--max-gpus: must be at least 1, got {max_gpus}")
-    setup = training_setup(
-        batch=values["batch"],
-        seq=values["seq"],
-        precision=values["precision"],
-        optimizer=values["optimizer"],
-        attention=values["attention"],
+    profiles = tuple(
+        _with_host_memory(load_profile(g), values["host_memory"])
+        for g in (values["gpus"] or (DEFAULT_GPU,))
     )
-    counts = [1 << i for i in range(max_gpus.bit_length()) if 1 << i <= max_gpus]
-    click.echo(
-        render_plan(
-            plan(spec, setup, profile, counts),
-            spec.name,
-            profile,
-            fmt=values["fmt"],
-            unit=values["unit"],
+    max_gpus = _bounded("--max-gpus", values["max_gpus"], 1, MAX_GPUS)
+    top = _bounded("--top", values["top"], 1, 1000)
+    _bounded("--microbatches", values["microbatches"], 1, 10**6)
+    headroom = _headroom(values["headroom"])
+    if not 0 < values["mfu"] <= 1:
+        raise MemcalcError(f"--mfu: must be in (0, 1], got {values['mfu']}")
+    setup = training_setup(**setup_fields(values))
+    global_batch = _global_batch(values, setup.seq)
+    what = Maximize(values["maximize"].lower()) if values["maximize"] else None
+    if what is Maximize.batch and global_batch is not None:
+        raise MemcalcError(
+            "--maximize batch: the micro-batch is searched under --global-batch; drop one of them"
         )
+    request = PlanRequest(
+        spec,
+        setup,
+        profiles,
+        max_gpus=max_gpus,
+        global_batch=global_batch,
+        options=Options(mfu=values["mfu"], headroom=headroom),
+        top=top,
     )
+    with _progress() as progress:
+        result = plan(request, progress)
+        found = []
+        if what is not None:
+            for gpu in profiles:
+                m = maximize(request, what, gpu, progress)
+                if m is not None:
+                    found.append(m)
+    click.echo(
+        render_plan(result, found, fmt=values["fmt"], unit=values["unit"], why=values["why"])
+    )
+
+
+def _bounded(flag: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise MemcalcError(f"{flag}: must be between {low} and {high:,}, got {value}")
+    return value
+
+
+def _headroom(text: str) -> float:
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise MemcalcError(
+            f"--headroom: expected a fraction (0.1) or a percentage (10%), got {text!r}"
+        ) from None
+    if not 0 <= value < 0.9:
+        raise MemcalcError(f"--headroom: must be at least 0 and below 90%, got {text}")
+    return value
+
+
+def _with_host_memory(profile: Any, text: str | None) -> Any:
+    if text is None:
+        return profile
+    per_node = parse_size(text, "--host-memory")
+    return profile.with_host_memory(per_node)
+
+
+def _global_batch(values: dict[str, Any], seq: int) -> int | None:
+    batch, tokens = values["global_batch"], values["global_tokens"]
+    if batch is not None and tokens is not None:
+        raise MemcalcError("--global-tokens: give --global-batch or --global-tokens, not both")
+    if tokens is not None:
+        count = parse_count(tokens, "--global-tokens")
+        if count % seq:
+            raise MemcalcError(
+                f"--global-tokens: {count:,} is not a multiple of --seq ({seq}); "
+                f"nearest: {max(1, round(count / seq)) * seq:,}"
+            )
+        batch = count // seq
+    if batch is not None:
+        _bounded("--global-batch", batch, 1, 10**7)
+    return batch
+
+
+@contextmanager
+def _progress() -> Iterator[Callable[[float], None] | None]:
+    """A progress bar on a terminal's stderr once the search has run for a second."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    start = time.perf_counter()
+    bar: Any = None
+
+    def update(fraction: float) -> None:
+        nonlocal bar
+        if bar is None and time.perf_counter() - start > 1.0:
+            bar = click.progressbar(length=1000, label="searching", file=sys.stderr)
+            bar.__enter__()
+        if bar is not None:
+            bar.update(int(fraction * 1000) - bar.pos)
+
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)

@@ -763,6 +763,7 @@ def fits(f: ModelFacts) -> Draft:
             "overhead": size_text(scale, overhead),
             "sum_value": size_text(scale, sum_all),
             "gpu_memory": size_text(scale, memory),
+            "reserve": size_text(scale, b.reserve_bytes),
         },
         lang_values=_both(words),
         numeric=numeric_size(scale, value),
@@ -776,6 +777,10 @@ def _strategy(b: Breakdown, mistake: str, **values: str) -> Choice:
         mistake=mistake,
         values=values,
     )
+
+
+MAX_TIES_NAMED = 3
+"""Strategies as cheap as the answer named in its explanation (the rest are counted)."""
 
 
 @question_kind(
@@ -876,16 +881,17 @@ def cheapest_fit_question(f: ModelFacts) -> Draft:
                 else parts["lesson"].format(full_peak=peak_of(full_alone)),
             )
         if ties:
-            body += " " + parts["ties"].format(
-                items=w["list_join"].join(
-                    w["cost_item"].format(
-                        label=strategy_label(b.options, lang),
-                        peak=peak_of(b),
-                        cost=format_seconds(added_seconds(b)),
-                    )
-                    for b in ties
+            items = [
+                w["cost_item"].format(
+                    label=strategy_label(b.options, lang),
+                    peak=peak_of(b),
+                    cost=format_seconds(added_seconds(b)),
                 )
-            )
+                for b in ties[:MAX_TIES_NAMED]
+            ]
+            if len(ties) > MAX_TIES_NAMED:
+                items.append(w["more_items"].format(n=len(ties) - MAX_TIES_NAMED))
+            body += " " + parts["ties"].format(items=w["list_join"].join(items))
         return {
             "body": body.strip(),
             "answer_label": strategy_label(answer.options, lang) if answer else "",
@@ -895,6 +901,10 @@ def cheapest_fit_question(f: ModelFacts) -> Draft:
     return Draft(
         correct,
         distractors,
-        values={"overhead": size_text(scale, f.gpu.runtime_overhead_bytes)},
+        values={
+            "overhead": size_text(scale, f.gpu.runtime_overhead_bytes),
+            "usable": size_text(scale, base.usable_bytes),
+            "reserve": size_text(scale, base.reserve_bytes),
+        },
         lang_values=_both(words),
     )

@@ -59,6 +59,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "list_join": "; ",
         "list_sep": ", ",
         "cost_item": "{label} ({peak}, +{cost})",
+        "more_items": "and {n} more",
         "ctx.attention": "{attention} attention",
         "ctx.loss": "{loss} loss",
         "ctx.dropout": "dropout {dropout}",
@@ -99,6 +100,7 @@ LABELS: dict[Lang, dict[str, str]] = {
         "list_join": "؛ ",
         "list_sep": "، ",
         "cost_item": "{label} ({peak}، +{cost})",
+        "more_items": "اور {n} مزید",
         "ctx.attention": "{attention} اٹینشن",
         "ctx.loss": "{loss} لاس",
         "ctx.dropout": "ڈراپ آؤٹ {dropout}",
@@ -442,7 +444,8 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "workspaces). What is the estimated peak of one step, and does it fit?",
             explanation="The peak is the largest moment of the step, not the sum of the four "
             "components: here it comes in the {phase} phase ({where}): {moment}. Against "
-            "{gpu_memory} on {gpu}, it {verdict}. Adding all four components and the overhead "
+            "{gpu_memory} on {gpu}, less the {reserve} kept free for allocator fragmentation "
+            "(memcalc's --headroom), it {verdict}. Adding all four components and the overhead "
             "would give {sum_value}.",
             parts={
                 "temps.foreach": "the optimizer step allocates {temps} of temporaries "
@@ -459,8 +462,9 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "پروفائل {overhead} رن ٹائم اوورہیڈ (CUDA کانٹیکسٹ اور لائبریری ورک اسپیسز) فرض "
             "کرتا ہے۔ ایک اسٹیپ کی متوقع پیک کتنی ہے، اور کیا یہ فٹ ہوتی ہے؟",
             explanation="پیک اسٹیپ کا سب سے بھاری لمحہ ہے، چار حصوں کا مجموعہ نہیں: یہاں یہ "
-            "{phase} مرحلے میں ({where}) آتی ہے: {moment}۔ {gpu} کی {gpu_memory} کے مقابلے "
-            "میں یہ {verdict}۔ چاروں حصے اور اوورہیڈ جمع کرنے سے {sum_value} بنتا۔",
+            "{phase} مرحلے میں ({where}) آتی ہے: {moment}۔ {gpu} کی {gpu_memory} میں سے ایلوکیٹر "
+            "فریگمنٹیشن کے لیے خالی رکھی گئی {reserve} (memcalc کا --headroom) نکال کر، اس کے "
+            "مقابلے میں یہ {verdict}۔ چاروں حصے اور اوورہیڈ جمع کرنے سے {sum_value} بنتا۔",
             parts={
                 "temps.foreach": "آپٹیمائزر اسٹیپ {temps} کے عارضی ٹینسرز بناتا ہے (foreach: "
                 "تمام پیرامیٹرز کے لیے ایک ساتھ ایک اسٹیٹ جتنا بفر)",
@@ -474,9 +478,11 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
         Lang.en: Template(
             prompt="What is the cheapest way to make training {ctx} fit on one {gpu} "
             "({gpu_memory}, of which {overhead} is runtime overhead)? Cheapest means the least "
-            "time added per step: recompute FLOPs at {mfu} MFU plus offload transfers, counted "
-            "in full. When two strategies add the same time, the one with the lower peak, "
-            "then the simpler one, counts as cheaper.",
+            "time added per step: recompute FLOPs at {mfu} MFU, the offload transfers compute "
+            "cannot hide, and the optimizer step on the CPU when the optimizer is offloaded. "
+            "Fitting means a peak within {usable} ({reserve} kept free for allocator "
+            "fragmentation). When two strategies add the same time, the simpler one, then the "
+            "one with the lower peak, counts as cheaper.",
             explanation="{body}",
             parts={
                 "already": "Without any strategy the peak is {base_peak}, within "
@@ -498,8 +504,10 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
         Lang.ur: Template(
             prompt="{ctx} کی ٹریننگ کو ایک {gpu} ({gpu_memory}، جس میں {overhead} رن ٹائم "
             "اوورہیڈ ہے) پر فٹ کرنے کا سب سے سستا طریقہ کون سا ہے؟ سب سے سستا یعنی فی اسٹیپ "
-            "سب سے کم اضافی وقت: {mfu} MFU پر ری کمپیوٹ کے FLOPs جمع آف لوڈ ٹرانسفرز، پورے "
-            "گنے ہوئے۔ اگر دو طریقے برابر وقت بڑھائیں تو کم پیک والا، اور پھر سادہ تر، سستا "
+            "سب سے کم اضافی وقت: {mfu} MFU پر ری کمپیوٹ کے FLOPs، وہ آف لوڈ ٹرانسفرز جنہیں "
+            "کمپیوٹ چھپا نہیں سکتا، اور آپٹیمائزر آف لوڈ ہونے پر CPU پر آپٹیمائزر اسٹیپ۔ فٹ "
+            "ہونے کا مطلب ہے پیک {usable} کے اندر ({reserve} ایلوکیٹر فریگمنٹیشن کے لیے خالی "
+            "رکھ کر)۔ اگر دو طریقے برابر وقت بڑھائیں تو سادہ تر، اور پھر کم پیک والا، سستا "
             "مانا جاتا ہے۔",
             explanation="{body}",
             parts={
@@ -621,7 +629,8 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "also holds activations or temporaries.",
         "fits.no_overhead": "That leaves out the {overhead} of runtime overhead the profile "
         "assumes.",
-        "fits.verdict": "The size is right, but compare it with {gpu_memory}: it {verdict}.",
+        "fits.verdict": "The size is right, but compare it with {gpu_memory} less the {reserve} "
+        "reserve: it {verdict}.",
         # cheapest fit
         "cheap.base_not_fit": "Without any strategy the peak is {peak}, over {gpu_memory}.",
         "cheap.not_fit": "{option} peaks at {peak}, over {gpu_memory}.",
@@ -715,7 +724,8 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "fits.states_only": "یہ صرف ماڈل اسٹیٹس اور اوورہیڈ ہیں؛ پیک کے لمحے میں "
         "ایکٹیویشنز یا عارضی ٹینسرز بھی ہوتے ہیں۔",
         "fits.no_overhead": "اس میں پروفائل کا فرض کردہ {overhead} رن ٹائم اوورہیڈ شامل نہیں۔",
-        "fits.verdict": "سائز درست ہے، مگر اس کا {gpu_memory} سے موازنہ کریں: یہ {verdict}۔",
+        "fits.verdict": "سائز درست ہے، مگر اس کا {gpu_memory} میں سے {reserve} ریزرو نکال کر "
+        "موازنہ کریں: یہ {verdict}۔",
         "cheap.base_not_fit": "کسی حکمتِ عملی کے بغیر پیک {peak} ہے، جو {gpu_memory} سے زیادہ ہے۔",
         "cheap.not_fit": "اس طریقے ({option}) سے پیک {peak} ہے، جو {gpu_memory} سے زیادہ ہے۔",
         "cheap.recompute_alone": "صرف فل ری کمپیوٹ کے ساتھ بھی پیک {peak} ہے: یہ پیرامیٹرز، "

@@ -1,136 +1,23 @@
-"""Breakdown(s) -> table | json | csv | markdown. The only formatting code.
-
-JSON is the stable, documented interface (docs/json.md): bytes are integers, seconds floats,
-FLOPs integers; every key carries its unit.
-"""
+"""``memcalc estimate``'s output: the strategy table and one strategy's detailed breakdown,
+as a table, JSON, CSV or markdown."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Callable
-from enum import Enum
-from typing import Any
 
 from memcalc.estimate import Breakdown, Options
-from memcalc.spec.training import TrainingSetup
-from memcalc.strategies.comms import Transfer
-from memcalc.units import Unit, format_flops, format_seconds, to_unit
-
-JSON_SCHEMA_VERSION = 1
-
-LAYOUT_FIELDS = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "sp",
-    "vpp",
-    "microbatches",
-    "zero",
-    "fsdp_reshard",
-    "shard_size",
-    "bucket_view",
+from memcalc.report.records import (
+    Format,
+    breakdown_record,
+    context_record,
+    fmt_bytes,
+    moment_record,
+    to_csv,
+    verdict_text,
 )
-
-
-class Format(str, Enum):
-    """Output format."""
-
-    table = "table"
-    """Plain-text table (tabulate)."""
-    json = "json"
-    """Stable JSON, bytes as integers (docs/json.md)."""
-    csv = "csv"
-    """One row per strategy, bytes as integers."""
-    markdown = "markdown"
-    """GitHub-flavoured markdown table."""
-
-
-def breakdown_record(b: Breakdown) -> dict[str, Any]:
-    """A Breakdown as plain data: the JSON interface."""
-    return {
-        "strategy": b.strategy,
-        "recompute": b.activation_plan.strategy,
-        "offload": [o.label for o in b.options.offload],
-        "parameter_bytes": b.parameter_bytes,
-        "gradient_bytes": b.gradient_bytes,
-        "optimizer_bytes": b.optimizer_bytes,
-        "activation_bytes": b.activation_bytes,
-        "activation_bytes_by_component": dict(b.activation_by_component),
-        "transient_bytes": b.transient_bytes,
-        "overhead_bytes": b.overhead_bytes,
-        "peak_bytes": b.peak_bytes,
-        "peak_phase": b.peak.phase,
-        "peak_where": b.peak.where,
-        "rebuild_bytes": b.activation_plan.rebuild_bytes,
-        "checkpoints": b.activation_plan.checkpoints,
-        "host_bytes": b.host_bytes,
-        "nvme_bytes": b.nvme_bytes,
-        "moved_bytes_per_step": b.moved_bytes_per_step,
-        "transfer_seconds": b.transfer_seconds,
-        "transfer_hidden": b.transfer_hidden,
-        "forward_flops": b.forward_flops,
-        "extra_forward_flops": b.extra_forward_flops,
-        "extra_flops_fraction": b.extra_flops_fraction,
-        "step_seconds": b.step_seconds,
-        "extra_seconds": b.extra_seconds,
-        "gpu_memory_bytes": b.gpu.memory_bytes,
-        "fits": b.fits,
-        "headroom_bytes": b.headroom_bytes,
-        "note": b.activation_plan.note,
-        "buffer_bytes": b.buffer_bytes,
-        "time": b.time.as_dict() if b.time else None,
-        "communication": [_transfer_record(t) for t in b.transfers],
-        "stage": b.stage or None,
-        "stages": [breakdown_record(st) | {"stages": []} for st in b.stages],
-    }
-
-
-def _transfer_record(t: Transfer) -> dict[str, Any]:
-    return {
-        "dimension": t.dimension,
-        "collective": t.collective.value,
-        "ranks": t.ranks,
-        "payload_bytes": t.payload_bytes,
-        "wire_bytes": int(t.wire_bytes),
-        "link": t.link,
-        "seconds": t.seconds,
-        "overlaps_compute": t.overlaps,
-    }
-
-
-def _context(b: Breakdown) -> dict[str, Any]:
-    s = b.setup
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "model": b.model_name,
-        "parameter_count": b.params.total,
-        "trainable_parameter_count": b.params.trainable,
-        "frozen_parameter_count": b.params.frozen,
-        "parameter_count_by_component": b.params.as_dict(),
-        "gpu": b.gpu.name,
-        "gpu_memory_bytes": b.gpu.memory_bytes,
-        "batch": s.batch,
-        "seq": s.seq,
-        "precision": s.precision.value,
-        "optimizer": s.optimizer.value,
-        "attention": s.attention.value,
-        "loss": s.loss.value,
-        "mfu": b.options.mfu,
-        "layout": {
-            "world_size": s.parallel.world_size,
-            **{k: getattr(s.parallel, k) for k in LAYOUT_FIELDS},
-        },
-        "assumptions": list(b.assumptions),
-    }
-
-
-def _fmt(n: int, unit: Unit) -> str:
-    return f"{to_unit(n, unit):.2f}"
-
+from memcalc.spec.training import TrainingSetup
+from memcalc.units import Unit, format_flops, format_seconds
 
 _MEMORY_COLUMNS = (
     "params",
@@ -142,7 +29,7 @@ _MEMORY_COLUMNS = (
     "peak GPU",
     "host",
 )
-_COLUMNS = ("strategy", *_MEMORY_COLUMNS, "extra compute", "extra transfer", "fits")
+_COLUMNS = ("strategy", *_MEMORY_COLUMNS, "extra compute", "added time", "fits")
 
 
 def _row(b: Breakdown, unit: Unit) -> list[str]:
@@ -151,20 +38,18 @@ def _row(b: Breakdown, unit: Unit) -> list[str]:
         if b.extra_forward_flops
         else "-"
     )
-    transfer = "-"
-    if b.moved_bytes_per_step:
-        hidden = "hidden" if b.transfer_hidden else "exposed"
-        transfer = f"{format_seconds(b.transfer_seconds)} ({hidden})"
+    added = b.time.added_seconds if b.time else 0.0
+    transfer = f"+{format_seconds(added)}" if added > 0 else "-"
     return [
         b.strategy,
-        _fmt(b.parameter_bytes, unit),
-        _fmt(b.gradient_bytes, unit),
-        _fmt(b.optimizer_bytes, unit),
-        _fmt(b.activation_bytes, unit),
-        _fmt(b.transient_bytes, unit),
-        _fmt(b.overhead_bytes, unit),
-        _fmt(b.peak_bytes, unit),
-        _fmt(b.host_bytes + b.nvme_bytes, unit) if (b.host_bytes or b.nvme_bytes) else "-",
+        fmt_bytes(b.parameter_bytes, unit),
+        fmt_bytes(b.gradient_bytes, unit),
+        fmt_bytes(b.optimizer_bytes, unit),
+        fmt_bytes(b.activation_bytes, unit),
+        fmt_bytes(b.transient_bytes, unit),
+        fmt_bytes(b.overhead_bytes, unit),
+        fmt_bytes(b.peak_bytes, unit),
+        fmt_bytes(b.host_bytes + b.nvme_bytes, unit) if (b.host_bytes or b.nvme_bytes) else "-",
         extra,
         transfer,
         "yes" if b.fits else "NO",
@@ -175,7 +60,7 @@ def _header(b: Breakdown, unit: Unit) -> str:
     s = b.setup
     return (
         f"{b.model_name} ({b.params.total:,} parameters) on {b.gpu.display_name} "
-        f"({_fmt(b.gpu.memory_bytes, unit)} {unit.value}); batch {s.batch} x seq {s.seq}, "
+        f"({fmt_bytes(b.gpu.memory_bytes, unit)} {unit.value}); batch {s.batch} x seq {s.seq}, "
         f"{s.precision.value}, {s.optimizer.value}, attention {s.attention.value}. "
         f"Memory in {unit.value}."
     )
@@ -188,14 +73,22 @@ def render_estimate(
     options: Options | None,
     fmt: Format,
     unit: Unit,
+    hint: str = "",
 ) -> str:
-    """The strategy table when no strategy was chosen, else the detailed breakdown."""
+    """The strategy table when no strategy was chosen, else the detailed breakdown; ``hint``
+    (the plan command that answers it) is printed under a table where nothing fits."""
     from memcalc.strategies.selection import default_strategies
 
     if options is None:
         rows = [run(o) for o in default_strategies(num_blocks, setup)]
-        return render_strategies(rows, fmt, unit)
-    return render_detail(run(options), fmt, unit)
+        text = render_strategies(rows, fmt, unit)
+        fits = any(b.fits for b in rows)
+    else:
+        b = run(options)
+        text, fits = render_detail(b, fmt, unit), b.fits
+    if hint and not fits and fmt in (Format.table, Format.markdown):
+        text += f"\n\nNothing here fits. To search GPU counts, layouts and offloads: {hint}"
+    return text
 
 
 def render_strategies(rows: list[Breakdown], fmt: Format, unit: Unit) -> str:
@@ -204,10 +97,10 @@ def render_strategies(rows: list[Breakdown], fmt: Format, unit: Unit) -> str:
 
     if fmt is Format.json:
         return json.dumps(
-            {**_context(rows[0]), "strategies": [breakdown_record(b) for b in rows]}, indent=2
+            {**context_record(rows[0]), "strategies": [breakdown_record(b) for b in rows]}, indent=2
         )
     if fmt is Format.csv:
-        return _csv([breakdown_record(b) for b in rows])
+        return to_csv([breakdown_record(b) for b in rows])
     headers = [f"{c} ({unit.value})" if c in _MEMORY_COLUMNS else c for c in _COLUMNS]
     table = tabulate(
         [_row(b, unit) for b in rows],
@@ -230,38 +123,38 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
 
     if fmt is Format.json:
         record = {
-            **_context(b),
+            **context_record(b),
             "strategies": [breakdown_record(b)],
-            "timeline": [_moment_record(m) for m in b.timeline.moments()],
+            "timeline": [moment_record(m) for m in b.timeline.moments()],
         }
         return json.dumps(record, indent=2)
     if fmt is Format.csv:
-        return _csv([breakdown_record(b)])
+        return to_csv([breakdown_record(b)])
     tablefmt = "github" if fmt is Format.markdown else "simple"
     u = unit.value
     comp = [
-        ["parameters", _fmt(b.parameter_bytes, unit)],
-        ["gradients", _fmt(b.gradient_bytes, unit)],
-        ["optimizer states", _fmt(b.optimizer_bytes, unit)],
-        ["activations (stored)", _fmt(b.activation_bytes, unit)],
-        *[[f"  {k}", _fmt(v, unit)] for k, v in b.activation_by_component.items() if v],
+        ["parameters", fmt_bytes(b.parameter_bytes, unit)],
+        ["gradients", fmt_bytes(b.gradient_bytes, unit)],
+        ["optimizer states", fmt_bytes(b.optimizer_bytes, unit)],
+        ["activations (stored)", fmt_bytes(b.activation_bytes, unit)],
+        *[[f"  {k}", fmt_bytes(v, unit)] for k, v in b.activation_by_component.items() if v],
         *_rebuild_row(b, unit),
-        [f"transient at peak ({b.peak.phase}: {b.peak.where})", _fmt(b.transient_bytes, unit)],
-        ["runtime overhead (profile assumption)", _fmt(b.overhead_bytes, unit)],
-        ["peak on GPU", _fmt(b.peak_bytes, unit)],
-        ["GPU memory", _fmt(b.gpu.memory_bytes, unit)],
+        [f"transient at peak ({b.peak.phase}: {b.peak.where})", fmt_bytes(b.transient_bytes, unit)],
+        ["runtime overhead (profile assumption)", fmt_bytes(b.overhead_bytes, unit)],
+        ["peak on GPU", fmt_bytes(b.peak_bytes, unit)],
+        ["GPU memory", fmt_bytes(b.gpu.memory_bytes, unit)],
     ]
     if b.host_bytes or b.nvme_bytes:
-        comp.append(["host RAM", _fmt(b.host_bytes, unit)])
-        comp.append(["NVMe", _fmt(b.nvme_bytes, unit)])
+        comp.append(["host RAM", fmt_bytes(b.host_bytes, unit)])
+        comp.append(["NVMe", fmt_bytes(b.nvme_bytes, unit)])
     timeline = [
         [
             m.phase,
             m.where,
-            _fmt(m.activation_bytes, unit),
-            _fmt(m.gradient_bytes, unit),
-            _fmt(m.transient_bytes, unit),
-            _fmt(m.total_bytes, unit),
+            fmt_bytes(m.activation_bytes, unit),
+            fmt_bytes(m.gradient_bytes, unit),
+            fmt_bytes(m.transient_bytes, unit),
+            fmt_bytes(m.total_bytes, unit),
         ]
         for m in b.timeline.summary()
     ]
@@ -277,15 +170,12 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
         ],
         [
             "moved per step (offload)",
-            f"{_fmt(b.moved_bytes_per_step, unit)} {u}, {format_seconds(b.transfer_seconds)} on "
-            f"{b.gpu.host_link} ({'can hide behind compute' if b.transfer_hidden else 'exposed'})",
+            f"{fmt_bytes(b.moved_bytes_per_step, unit)} {u} on {b.gpu.host_link}, "
+            f"{format_seconds(b.transfer_seconds)} if nothing overlapped",
         ],
+        *_time_rows(b),
     ]
-    verdict = (
-        f"FITS with {_fmt(b.headroom_bytes, unit)} {u} headroom"
-        if b.fits
-        else f"DOES NOT FIT: {_fmt(-b.headroom_bytes, unit)} {u} over"
-    )
+    verdict = verdict_text(b, unit)
     parts = [
         _header(b, unit),
         f"strategy: {b.strategy}"
@@ -317,77 +207,24 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
     return "\n".join(parts)
 
 
-def render_plan(result, model_name: str, gpu, *, fmt: Format, unit: Unit) -> str:  # type: ignore[no-untyped-def]
-    """The plan: per GPU count and ZeRO stage, the cheapest fitting strategy."""
-    rows = result.rows
-    from tabulate import tabulate
-
-    records = [
-        {
-            "gpus": r.gpus,
-            "zero": r.zero,
-            "fits": r.best is not None,
-            **(
-                {
-                    "strategy": r.best.strategy,
-                    "peak_bytes": r.best.peak_bytes,
-                    "added_seconds": r.best.extra_seconds + r.best.transfer_seconds,
-                    "step_seconds": r.best.step_seconds,
-                }
-                if r.best
-                else {
-                    "strategy": None,
-                    "peak_bytes": None,
-                    "added_seconds": None,
-                    "step_seconds": None,
-                }
-            ),
-        }
-        for r in rows
+def _time_rows(b: Breakdown) -> list[list[str]]:
+    """The step's time by part (the model ``plan`` ranks by)."""
+    t = b.time
+    if t is None:
+        return []
+    parts = [
+        ("compute", t.compute_seconds),
+        ("recompute", t.recompute_seconds),
+        ("pipeline bubble", t.bubble_seconds),
+        ("exposed communication", t.communication_seconds),
+        ("exposed offload", t.offload_seconds),
+        ("CPU optimizer step", t.cpu_optimizer_seconds),
     ]
-    if fmt is Format.json:
-        return json.dumps(
-            {
-                "schema_version": JSON_SCHEMA_VERSION,
-                "model": model_name,
-                "gpu": gpu.name,
-                "gpu_memory_bytes": gpu.memory_bytes,
-                "plan": records,
-                "configurations_evaluated": result.configurations_evaluated,
-                "search_seconds": result.search_seconds,
-            },
-            indent=2,
-        )
-    if fmt is Format.csv:
-        return _csv(records)
-    table = [
-        [
-            r["gpus"],
-            f"ZeRO-{r['zero']}",
-            r["strategy"] or "nothing fits",
-            _fmt(r["peak_bytes"], unit) if r["fits"] else "-",
-            f"+{format_seconds(r['added_seconds'])}" if r["fits"] else "-",
-        ]
-        for r in records
+    shown = " + ".join(f"{name} {format_seconds(v)}" for name, v in parts if v > 0)
+    return [
+        ["step time", f"{format_seconds(t.total_seconds)} = {shown}"],
+        ["added time (what plan ranks by)", f"+{format_seconds(t.added_seconds)}"],
     ]
-    head = (
-        f"{model_name} on {gpu.display_name} ({_fmt(gpu.memory_bytes, unit)} {unit.value} "
-        "each): cheapest strategy that fits, per data-parallel size and ZeRO stage "
-        "(added time = recompute + offload transfers, no overlap assumed)."
-    )
-    body = tabulate(
-        table,
-        headers=[
-            "GPUs",
-            "sharding",
-            "cheapest fitting strategy",
-            f"peak per GPU ({unit.value})",
-            "added time per step",
-        ],
-        tablefmt="github" if fmt is Format.markdown else "simple",
-        disable_numparse=True,
-    )
-    return f"{head}\n\n{body}"
 
 
 def _rebuild_row(b: Breakdown, unit: Unit) -> list[list[str]]:
@@ -398,27 +235,4 @@ def _rebuild_row(b: Breakdown, unit: Unit) -> list[list[str]]:
     label = f"rebuilt in backward (largest recomputed segment; {plan.checkpoints} checkpoints)"
     if not plan.checkpoints:
         label = "rebuilt in backward (one block's attention core)"
-    return [[label, _fmt(plan.rebuild_bytes, unit)]]
-
-
-def _moment_record(m) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    return {
-        "phase": m.phase,
-        "where": m.where,
-        "parameter_bytes": m.parameter_bytes,
-        "gradient_bytes": m.gradient_bytes,
-        "optimizer_bytes": m.optimizer_bytes,
-        "activation_bytes": m.activation_bytes,
-        "transient_bytes": m.transient_bytes,
-        "total_bytes": m.total_bytes,
-    }
-
-
-def _csv(records: list[dict[str, Any]]) -> str:
-    out = io.StringIO()
-    fields = [k for k in records[0] if not isinstance(records[0][k], (dict, list))]
-    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for r in records:
-        writer.writerow(r)
-    return out.getvalue().rstrip("\n")
+    return [[label, fmt_bytes(plan.rebuild_bytes, unit)]]

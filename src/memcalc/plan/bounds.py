@@ -1,0 +1,306 @@
+"""Proven lower bounds on a configuration's peak GPU memory and step time, cheap enough to
+decide most of the search without a full estimate.
+
+Both come from the first pipeline stage (the whole model without pipelining), computed with
+the same lowering, recompute plans and placement (``strategies/placement.py``) ``estimate``
+uses; ``estimate`` reports the most loaded stage's memory and the slowest stage's time, so
+a bound on the first stage bounds what it reports.
+
+- Memory: at its first backward the rank holds its parameters, optimizer states and the
+  activations of every micro-batch in flight; at a later backward (gradient accumulation)
+  those of the micro-batches then in flight and every gradient; at the end of the backward its
+  parameters, optimizer states and gradients. The peak is at least the largest, plus the
+  runtime overhead. Transients (the
+  loss's logits, gathered ZeRO-3 blocks, recomputed segments) only add to it.
+- Time: compute and recompute of every micro-batch, the pipeline bubble, the CPU optimizer
+  step, the offload transfers no compute hides and the collectives of the step without
+  recompute (``step_time``'s model with the recomputed forwards' collectives left out: they
+  only add); the last stage's compute bounds it too (it holds the LM head).
+
+``tests/test_plan.py`` checks both bounds against full estimates over random configurations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from memcalc.errors import MemcalcError
+from memcalc.estimate import Options, links_of, stage_param_counts, step_shape
+from memcalc.graph.lower import lower_cached
+from memcalc.graph.ops import OpGraph
+from memcalc.optimizer import OptimizerBytes, optimizer_bytes
+from memcalc.params import ParamCounts
+from memcalc.plan.space import Layout
+from memcalc.plan.strategies import OFFLOADS
+from memcalc.profiles import GpuProfile
+from memcalc.spec.model import ModelSpec
+from memcalc.spec.training import TrainingSetup
+from memcalc.strategies.comms import StepShape, step_transfers
+from memcalc.strategies.offload import Offload, OffloadWhat, OffloadWhere
+from memcalc.strategies.pipeline import in_flight, pipeline_stages
+from memcalc.strategies.placement import Placement, place
+from memcalc.strategies.recompute import ActivationPlan, Recompute, plan_for, sqrt_k
+from memcalc.strategies.sharding import Sharding
+from memcalc.validate import derive
+
+
+@dataclass(frozen=True)
+class StageFacts:
+    """What the bounds need of one layout's first pipeline stage."""
+
+    counts: ParamCounts
+    optimizer: OptimizerBytes
+    outside_blocks_bytes: int
+    """Saved bytes of the prologue and epilogue (they stay on the GPU under activations=cpu)."""
+    forward_flops: int
+    plans: dict[Recompute, ActivationPlan]
+    in_flight: int
+    """Micro-batches the stage holds at its first backward (no gradients yet)..."""
+    in_flight_later: int
+    """... and at a later one, when every gradient has been accumulated once."""
+    graph: OpGraph
+    last_forward_flops: int
+    """The last stage's (it holds the LM head and loss: often the slowest stage)."""
+    last_extra_flops: dict[Recompute, int]
+    shape: StepShape
+    """What the first stage's collectives depend on (without recompute)."""
+
+    @property
+    def flops_per_saved_byte(self) -> float:
+        """The fewest extra forward FLOPs per activation byte any recompute choice saves: a
+        lower bound on what the budget plan pays per byte it saves when every layer is of one
+        kind (it mixes these per-layer choices; the ratio of a mix is no better than its
+        best part). 0 -- no bound -- with several kinds of layer."""
+        if len(self.graph.kinds) != 1:
+            return 0.0
+        none = self.plans[Recompute.none].stored_bytes
+        ratios = [
+            p.extra_forward_flops / (none - p.stored_bytes)
+            for r, p in self.plans.items()
+            if r in (Recompute.selective, Recompute.full) and p.stored_bytes < none
+        ]
+        return min(ratios, default=0.0)
+
+    @property
+    def min_stored_bytes(self) -> int:
+        """The fewest activation bytes any recompute plan stores (the budget plan's floor)."""
+        return min(p.stored_bytes for p in self.plans.values())
+
+
+def layout_setup(base: TrainingSetup, layout: Layout, zero: int = 0) -> TrainingSetup:
+    """``base`` run on ``layout`` at ZeRO ``zero``."""
+    return base.replace(batch=layout.batch, parallel=layout.parallel.replace(zero=zero))
+
+
+def fixed_options(num_layers: int, base: Options) -> dict[Recompute, Options]:
+    """The recompute strategies with a fixed plan, as Options (every-k at round(sqrt(L)))."""
+    k = sqrt_k(num_layers)
+    return {
+        r: Options(
+            recompute=r,
+            every=k if r is Recompute.every_k else None,
+            mfu=base.mfu,
+            headroom=base.headroom,
+        )
+        for r in (Recompute.none, Recompute.selective, Recompute.every_k, Recompute.full)
+    }
+
+
+class Bounds:
+    """Lower bounds for the configurations of one model, base setup and GPU."""
+
+    def __init__(
+        self, spec: ModelSpec, base: TrainingSetup, gpu: GpuProfile, options: Options
+    ) -> None:
+        self.spec, self.base, self.gpu = spec, base, gpu
+        self.fixed = fixed_options(spec.num_layers, options)
+        self.flops_per_s = gpu.matmul_flops_per_s(base.activation_dtype) * options.mfu
+        self.usable = gpu.memory_bytes - int(gpu.memory_bytes * options.headroom)
+        self._stages: dict[tuple[int, int], tuple[OpGraph, bool, bool]] = {}
+        self._facts: dict[tuple[object, ...], StageFacts | None] = {}
+        self._by_split: dict[tuple[object, ...], StageFacts | None] = {}
+        self._counts: dict[tuple[object, ...], tuple[ParamCounts, OptimizerBytes]] = {}
+        self._placements: dict[tuple[int, int, int, int], Placement] = {}
+        self._transfers: dict[tuple[object, ...], tuple[float, float]] = {}
+        self.links = links_of(gpu)
+
+    def facts(self, layout: Layout) -> StageFacts | None:
+        """The first stage's facts, or None when the layout cannot run this model (a tp that
+        does not divide the heads, more stages than layers)."""
+        par = layout.parallel
+        key = (layout.batch, par.tp, par.cp, par.pp, par.vpp, par.microbatches, par.ep)
+        if key not in self._facts:
+            shared = self._shared(layout)
+            self._facts[key] = (
+                None
+                if shared is None
+                else dataclasses.replace(
+                    shared,
+                    in_flight=in_flight(0, par)[0],
+                    in_flight_later=in_flight(0, par)[1],
+                )
+            )
+        return self._facts[key]
+
+    def _shared(self, layout: Layout) -> StageFacts | None:
+        """What does not depend on the accumulation or data-parallel size (in_flight unset)."""
+        par = layout.parallel
+        key = (layout.batch, par.tp, par.cp, par.pp, par.ep)
+        if key not in self._by_split:
+            self._by_split[key] = self._compute(layout)
+        return self._by_split[key]
+
+    def _compute(self, layout: Layout) -> StageFacts | None:
+        setup = layout_setup(self.base, layout)
+        try:
+            graph = lower_cached(self.spec, setup)
+            stages = pipeline_stages(graph, setup.parallel, tied=self.spec.tie_embeddings)
+        except MemcalcError:
+            return None
+        stage, last = stages[0], stages[-1]
+        # the parameters do not depend on the micro-batch or the sequence split
+        key = (setup.parallel.tp, setup.parallel.pp, setup.parallel.ep)
+        if key not in self._counts:
+            c = stage_param_counts(self.spec, setup, graph, stage)
+            self._counts[key] = (c, optimizer_bytes(setup, c, "cuda"))
+        counts, optimizer = self._counts[key]
+        g = stage.graph
+        plans, last_extra = {}, {}
+        for r, o in self.fixed.items():
+            try:
+                plans[r] = plan_for(g, r, every=o.every, budget_bytes=None)
+                last_extra[r] = plan_for(
+                    last.graph, r, every=o.every, budget_bytes=None
+                ).extra_forward_flops
+            except MemcalcError:  # every-k with k over a stage's layers
+                plans.pop(r, None)
+                continue
+        return StageFacts(
+            counts=counts,
+            optimizer=optimizer,
+            outside_blocks_bytes=g.prologue_saved_bytes + g.epilogue_saved_bytes,
+            forward_flops=g.forward_flops,
+            plans=plans,
+            in_flight=0,
+            in_flight_later=0,
+            graph=g,
+            last_forward_flops=last.graph.forward_flops,
+            last_extra_flops=last_extra,
+            shape=step_shape(g, counts, setup, plans[Recompute.none]),
+        )
+
+    def placement(self, facts: StageFacts, dp: int, zero: int, choice: int) -> Placement:
+        """The first stage's model states placed under ZeRO ``zero`` over ``dp`` ranks and
+        offload ``choice`` (activations excluded: the bounds add them)."""
+        key = (id(facts.counts), dp, zero, choice)
+        hit = self._placements.get(key)
+        if hit is None:
+            states_only = tuple(o for o in OFFLOADS[choice] if o != ACTIVATIONS)
+            hit = self._placements[key] = place(
+                facts.counts, self.base, facts.optimizer, Sharding(dp, zero), states_only, self.gpu
+            )
+        return hit
+
+    def communication(self, facts: StageFacts, layout: Layout, zero: int) -> tuple[float, float]:
+        """Seconds of the first stage's collectives without recompute: (on the critical path,
+        overlapping compute). Recompute only repeats some of them."""
+        par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
+        key = (id(facts.shape), par)
+        hit = self._transfers.get(key)
+        if hit is None:
+            transfers = step_transfers(par, facts.shape, self.links)
+            hit = self._transfers[key] = (
+                sum(t.seconds for t in transfers if not t.overlaps),
+                sum(t.seconds for t in transfers if t.overlaps),
+            )
+        return hit
+
+    def configurations(
+        self, facts: StageFacts, layout: Layout, zeros: tuple[int, ...], choices: list[int]
+    ) -> tuple[
+        list[tuple[int, int, Recompute, int, float]], int, tuple[int, int, Recompute, int, float]
+    ]:
+        """(ZeRO stage, offload choice, recompute, memory bound, seconds bound) of every
+        strategy on ``layout`` whose memory bound is within the usable memory; how many
+        strategies there were; and the one with the least memory bound. The budget plan is
+        bounded by the least plan's memory and by the FLOPs it must add to fit."""
+        par = layout.parallel
+        m, k, outside = par.microbatches, facts.in_flight, facts.outside_blocks_bytes
+        k_later = facts.in_flight_later
+        fps = self.flops_per_s
+        stretch = m + (par.pp - 1) / par.vpp  # micro-batch times per step, bubble included
+        compute = 3 * facts.forward_flops / fps
+        backward_window = m * 2 * facts.forward_flops / fps
+        last = 3 * facts.last_forward_flops / fps
+        plans = [
+            (r, p.stored_bytes, p.extra_forward_flops, facts.last_extra_flops[r])
+            for r, p in facts.plans.items()
+        ]
+        plans.append((Recompute.budget, facts.min_stored_bytes, 0, 0))
+        none_stored = facts.plans[Recompute.none].stored_bytes
+        per_byte = facts.flops_per_saved_byte
+        overhead = self.gpu.runtime_overhead_bytes
+        to_host = 2 * m / self.gpu.host_link_bytes_per_s
+        usable = self.usable
+        out: list[tuple[int, int, Recompute, int, float]] = []
+        total, least = 0, (0, 0, Recompute.none, -1, 0.0)
+        for zero in zeros:
+            critical, overlapping = self.communication(facts, layout, zero)
+            for choice in choices:
+                if par.dp > 1 and zero < REQUIRED_ZERO[choice]:
+                    continue
+                placed = self.placement(facts, par.dp, zero, choice)
+                grads = placed.gpu_gradient_bytes
+                accumulated = grads if m > 1 and placed.grads_resident else 0
+                states = placed.gpu_parameter_bytes + placed.gpu_optimizer_bytes + overhead
+                fixed = critical + placed.cpu_step_seconds + placed.exposed_seconds
+                overlapped = placed.overlapped_seconds
+                acts_off = ACTIVATIONS in OFFLOADS[choice]
+                for r, stored, extra, last_extra in plans:
+                    total += 1
+                    acts = (stored if stored < outside else outside) if acts_off else stored
+                    held = acts * k
+                    later = acts * k_later + accumulated if accumulated else 0
+                    held = held if held > later else later
+                    memory = states + (held if held > grads else grads)
+                    if memory > usable:
+                        if least[3] < 0 or memory < least[3]:
+                            least = (zero, choice, r, memory, 0.0)
+                        continue
+                    if r is Recompute.budget and not acts_off:
+                        # it must recompute enough to bring the stored bytes under what the
+                        # memory leaves, at no fewer FLOPs per byte than the best fixed plan
+                        cap = (usable - states) // (k or 1)
+                        if accumulated:
+                            cap = min(cap, (usable - states - accumulated) // (k_later or 1))
+                        extra = int(max(0, none_stored - cap) * per_byte)
+                    per_micro_batch = compute + extra / fps
+                    window = per_micro_batch * m
+                    # save_on_cpu moves every micro-batch's activations down and back up
+                    moved = overlapped + (stored - acts) * to_host
+                    seconds = per_micro_batch * stretch + fixed
+                    if overlapping > window:
+                        seconds += overlapping - window
+                    if moved > backward_window:
+                        seconds += moved - backward_window
+                    tail = (last + last_extra / fps) * stretch
+                    if tail > seconds:
+                        seconds = tail
+                    out.append((zero, choice, r, memory, seconds))
+                    if least[3] < 0 or memory < least[3]:
+                        least = (zero, choice, r, memory, seconds)
+        return out, total, least
+
+
+ACTIVATIONS = Offload(OffloadWhat.activations, OffloadWhere.cpu)
+REQUIRED_ZERO = [
+    3
+    if any(o.what is OffloadWhat.params for o in choice)
+    else 1
+    if any(o.what is OffloadWhat.optimizer for o in choice)
+    else 0
+    for choice in OFFLOADS
+]
+"""The least ZeRO stage each offload choice runs at on more than one data-parallel GPU
+(``strategies/placement.py``)."""

@@ -1,0 +1,381 @@
+"""Branch and bound over GPU kind x layout x ZeRO stage x recompute x offload.
+
+Every configuration of the space (``space.py`` x ``strategies.py``) is decided one of three
+ways, and counted:
+- rejected: its memory lower bound (``bounds.py``) is over the usable GPU memory, so it cannot
+  fit;
+- skipped: its time lower bound shows it cannot beat a configuration already estimated in
+  full that answers the same question (the fastest with the same layout, the fastest at the
+  same GPU count, the ``top`` fastest layouts);
+- estimated: ``estimate`` ran on it (the memory, time and fit reported are that estimate's).
+
+Nothing that fits is dropped unless a configuration estimated in full is at least as fast.
+Ranking is by step time per token (with a fixed global batch, by step time); ties go to the
+lower peak.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from memcalc.errors import MemcalcError
+from memcalc.estimate import Breakdown, Options, estimate
+from memcalc.plan.bounds import Bounds, StageFacts, layout_setup
+from memcalc.plan.space import Layout, layouts
+from memcalc.plan.strategies import OFFLOADS, complexity
+from memcalc.profiles import GpuProfile
+from memcalc.spec.model import ModelSpec
+from memcalc.spec.training import OptimizerKind, TrainingSetup
+from memcalc.strategies.offload import Offload, OffloadWhat, OffloadWhere
+from memcalc.strategies.recompute import Recompute
+
+Progress = Callable[[float], None]
+"""Called with the fraction of the search done (0..1)."""
+
+BUDGET_RETRIES = 3
+"""Times a budget plan is re-solved with a smaller budget when its estimate overflows by a
+transient the bound does not see."""
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What ``memcalc plan`` is asked."""
+
+    spec: ModelSpec
+    setup: TrainingSetup
+    """Fixed choices (precision, optimizer, attention, LoRA, micro-batch without a global
+    batch); the layout is searched."""
+    gpus: tuple[GpuProfile, ...]
+    max_gpus: int = 64
+    global_batch: int | None = None
+    """Sequences per optimizer step over all replicas; None: the setup's micro-batch and
+    accumulation on every replica."""
+    options: Options = Options()
+    """MFU and headroom (the strategy fields are searched)."""
+    top: int = 10
+    """Rows of the ranked table."""
+
+
+class Config(NamedTuple):
+    """One configuration of the search, with its bounds."""
+
+    seconds_per_token_bound: float
+    memory_bound: int
+    layout: Layout
+    zero: int
+    offload: int
+    """Index into ``strategies.OFFLOADS``."""
+    recompute: Recompute
+
+
+@dataclass(frozen=True)
+class Row:
+    """A configuration estimated in full."""
+
+    layout: Layout
+    breakdown: Breakdown
+
+    @property
+    def gpus(self) -> int:
+        return self.layout.world_size
+
+    @property
+    def step_seconds(self) -> float:
+        assert self.breakdown.time is not None
+        return self.breakdown.time.total_seconds
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.layout.sequences * self.breakdown.setup.seq
+
+    @property
+    def seconds_per_token(self) -> float:
+        return self.step_seconds / self.tokens_per_step
+
+    @property
+    def tokens_per_second_per_gpu(self) -> float:
+        return self.tokens_per_step / self.step_seconds / self.gpus
+
+    @property
+    def rank(self) -> tuple[float, int, int]:
+        """Faster first; on a tie the simpler strategy, then the lower peak."""
+        return (
+            self.seconds_per_token,
+            complexity(self.breakdown.options),
+            self.breakdown.peak_bytes,
+        )
+
+
+@dataclass
+class Tally:
+    """How the configurations were decided."""
+
+    configurations: int = 0
+    rejected: int = 0
+    estimated: int = 0
+
+    @property
+    def skipped(self) -> int:
+        return self.configurations - self.rejected - self.estimated
+
+
+@dataclass
+class KindResult:
+    """The answer for one GPU kind."""
+
+    gpu: GpuProfile
+    fewest: Row | None
+    """The fastest configuration at the fewest GPUs that fit (None: nothing fits)."""
+    rows: list[Row]
+    """The ``top`` fastest layouts, fastest first."""
+    closest: list[Breakdown] = field(default_factory=list)
+    """Per world size below the fewest that fit: the configuration with the least memory."""
+    world_sizes: list[int] = field(default_factory=list)
+    tally: Tally = field(default_factory=Tally)
+
+
+def search_kind(
+    request: PlanRequest, gpu: GpuProfile, progress: Progress | None = None
+) -> KindResult:
+    """Search one GPU kind."""
+    return _Search(request, gpu, progress).run()
+
+
+def any_fit(request: PlanRequest, gpu: GpuProfile) -> Row | None:
+    """A configuration of ``gpu`` that fits within ``request.max_gpus``, or None."""
+    return _Search(request, gpu, None).any_fit()
+
+
+class _Search:
+    def __init__(self, request: PlanRequest, gpu: GpuProfile, progress: Progress | None) -> None:
+        self.request, self.gpu, self.progress = request, gpu, progress
+        self.bounds = Bounds(request.spec, request.setup, gpu, request.options)
+        self.usable = gpu.memory_bytes - int(gpu.memory_bytes * request.options.headroom)
+        self.tally = Tally()
+        self.done: dict[tuple[object, ...], Row | None] = {}
+        self.closest: dict[int, Config] = {}
+        self.offloads = [i for i, o in enumerate(OFFLOADS) if self._offload_applies(o)]
+
+    def _offload_applies(self, choice: tuple[Offload, ...]) -> bool:
+        """NVMe only where the profile has it; optimizer offload only when the optimizer
+        holds states (not plain SGD in one precision)."""
+        setup = self.request.setup
+        states = setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed
+        nvme = self.gpu.nvme_bytes_per_s > 0 and self.gpu.nvme_bytes_per_gpu > 0
+        return all(
+            (o.where is not OffloadWhere.nvme or nvme)
+            and (o.what is not OffloadWhat.optimizer or states)
+            for o in choice
+        )
+
+    # -- enumeration -----------------------------------------------------------------------
+
+    def run(self) -> KindResult:
+        shapes, passing = self._enumerate()
+        passing.sort(key=lambda c: (c.seconds_per_token_bound, c.memory_bound))
+        fewest = self._fewest(passing)
+        rows = self._fastest(passing)
+        if self.progress:
+            self.progress(1.0)
+        limit = fewest.gpus if fewest else math.inf
+        closest = [
+            row.breakdown
+            for n, c in sorted(self.closest.items())
+            if n < limit and (row := self._evaluate(c, count=False)) is not None
+        ]
+        return KindResult(
+            gpu=self.gpu,
+            fewest=fewest,
+            rows=rows,
+            closest=closest,
+            world_sizes=sorted({s.world_size for s in shapes}),
+            tally=self.tally,
+        )
+
+    def any_fit(self) -> Row | None:
+        """Some fitting configuration (the least memory bound first), or None: nothing fits."""
+        _, passing = self._enumerate()
+        passing.sort(key=lambda c: (c.memory_bound, c.seconds_per_token_bound))
+        for c in passing:
+            row = self._evaluate(c)
+            if row is not None and row.breakdown.fits:
+                return row
+        return None
+
+    def _enumerate(self) -> tuple[list[Layout], list[Config]]:
+        """Every layout, and the configurations that pass the memory bound."""
+        req, spec = self.request, self.request.spec
+        shapes = list(
+            layouts(
+                spec,
+                max_gpus=req.max_gpus,
+                gpus_per_node=self.gpu.gpus_per_node,
+                seq=req.setup.seq,
+                global_batch=req.global_batch,
+                batch=req.setup.batch,
+                microbatches=req.setup.parallel.microbatches,
+            )
+        )
+        passing: list[Config] = []
+        for i, layout in enumerate(shapes):
+            facts = self.bounds.facts(layout)
+            if facts is not None:
+                passing.extend(self._configs(layout, facts))
+            if self.progress and i % 64 == 0:
+                self.progress(0.5 * i / max(1, len(shapes)))
+        return shapes, passing
+
+    def _configs(self, layout: Layout, facts: StageFacts) -> list[Config]:
+        """The layout's configurations that pass the memory bound (the rest are counted)."""
+        tokens = layout.sequences * self.request.setup.seq
+        zeros = (0, 1, 2, 3) if layout.parallel.dp > 1 else (0,)
+        passing, total, least = self.bounds.configurations(facts, layout, zeros, self.offloads)
+        self.tally.configurations += total
+        self.tally.rejected += total - len(passing)
+        n = layout.world_size
+        if n not in self.closest or least[3] < self.closest[n].memory_bound:
+            self.closest[n] = Config(least[4] / tokens, least[3], layout, *least[:3])
+        return [
+            Config(secs / tokens, mem, layout, zero, choice, r)
+            for zero, choice, r, mem, secs in passing
+        ]
+
+    # -- the questions ---------------------------------------------------------------------
+
+    def _fewest(self, passing: list[Config]) -> Row | None:
+        """The fastest fitting configuration at the smallest world size where one fits."""
+        by_size: dict[int, list[Config]] = {}
+        for c in passing:
+            by_size.setdefault(c.layout.world_size, []).append(c)
+        for n in sorted(by_size):
+            best: Row | None = None
+            for c in by_size[n]:
+                if best is not None and c.seconds_per_token_bound >= best.seconds_per_token:
+                    break
+                row = self._evaluate(c)
+                if (
+                    row is not None
+                    and row.breakdown.fits
+                    and (best is None or row.rank < best.rank)
+                ):
+                    best = row
+            if best is not None:
+                return best
+        return None
+
+    def _fastest(self, passing: list[Config]) -> list[Row]:
+        """The ``top`` fastest layouts (each with its fastest fitting strategy)."""
+        top = self.request.top
+        best: dict[tuple[object, ...], Row] = {}
+        for c in passing:
+            if len(best) >= top:
+                kth = sorted(r.seconds_per_token for r in best.values())[top - 1]
+                if c.seconds_per_token_bound > kth:
+                    break
+            key = _layout_key(c.layout)
+            if key in best and c.seconds_per_token_bound >= best[key].seconds_per_token:
+                continue
+            row = self._evaluate(c)
+            if row is not None and row.breakdown.fits:
+                if key not in best or row.rank < best[key].rank:
+                    best[key] = row
+        return sorted(best.values(), key=lambda r: r.rank)[:top]
+
+    # -- full estimates --------------------------------------------------------------------
+
+    def _evaluate(self, c: Config, *, count: bool = True) -> Row | None:
+        """The configuration estimated in full (remembered); None when it cannot run."""
+        key = (c.layout, c.zero, c.offload, c.recompute)
+        if key in self.done:
+            return self.done[key]
+        if count:
+            self.tally.estimated += 1
+        setup = layout_setup(self.request.setup, c.layout, c.zero)
+        base = self.bounds.fixed[Recompute.none]
+        try:
+            if c.recompute is Recompute.budget:
+                row = self._budget(c, setup, base)
+            else:
+                options = self.bounds.fixed[c.recompute]
+                options = Options(
+                    recompute=options.recompute,
+                    every=options.every,
+                    offload=OFFLOADS[c.offload],
+                    mfu=base.mfu,
+                    headroom=base.headroom,
+                )
+                row = Row(c.layout, estimate(self.request.spec, setup, self.gpu, options))
+        except MemcalcError:
+            row = None
+        self.done[key] = row
+        return row
+
+    def _budget(self, c: Config, setup: TrainingSetup, base: Options) -> Row | None:
+        """The budget-optimal plan for the memory the configuration leaves: the budget starts
+        at what the bound leaves per in-flight micro-batch and shrinks by any overflow."""
+        facts = self.bounds.facts(c.layout)
+        assert facts is not None
+        spare = self.usable - c.memory_bound
+        budget = facts.min_stored_bytes + spare // max(1, facts.in_flight)
+        none = facts.plans[Recompute.none].stored_bytes
+        if budget >= none:
+            return None  # no recompute already fits the bound: the budget plan is "none"
+        row = None
+        for _ in range(BUDGET_RETRIES):
+            options = Options(
+                recompute=Recompute.budget,
+                budget_bytes=budget,
+                offload=OFFLOADS[c.offload],
+                mfu=base.mfu,
+                headroom=base.headroom,
+            )
+            row = Row(c.layout, estimate(self.request.spec, setup, self.gpu, options))
+            over = row.breakdown.over_gpu_bytes
+            if not over:
+                break
+            budget -= -(-over // max(1, facts.in_flight))
+        return row
+
+
+def _layout_key(layout: Layout) -> tuple[object, ...]:
+    """Rows differ by parallel layout; micro-batch variants of one layout share a row."""
+    p = layout.parallel
+    return (p.dp, p.tp, p.pp, p.cp, p.ep, p.vpp)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The answer for every GPU kind, and what the search cost."""
+
+    request: PlanRequest
+    kinds: list[KindResult]
+    search_seconds: float
+
+    @property
+    def fastest(self) -> Row | None:
+        rows = [r for k in self.kinds for r in k.rows]
+        return min(rows, key=lambda r: r.rank) if rows else None
+
+    @property
+    def rows(self) -> list[Row]:
+        """The ranked table: every kind's fastest layouts and its fewest-GPU row."""
+        rows = {id(r): r for k in self.kinds for r in (*k.rows[: self.request.top], k.fewest) if r}
+        return sorted(rows.values(), key=lambda r: r.rank)[: self.request.top + len(self.kinds)]
+
+    @property
+    def configurations_evaluated(self) -> int:
+        return sum(k.tally.configurations for k in self.kinds)
+
+
+def plan(request: PlanRequest, progress: Progress | None = None) -> PlanResult:
+    """Search every GPU kind of ``request``."""
+    start = time.perf_counter()
+    kinds = []
+    for i, gpu in enumerate(request.gpus):
+        share = (lambda f, i=i: progress((i + f) / len(request.gpus))) if progress else None
+        kinds.append(search_kind(request, gpu, share))
+    return PlanResult(request, kinds, time.perf_counter() - start)
