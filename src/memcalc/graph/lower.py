@@ -12,6 +12,7 @@ depth.
 from __future__ import annotations
 
 from memcalc.errors import MemcalcError
+from memcalc.graph.blocks.attention import sliding_mask
 from memcalc.graph.blocks.block import decoder_block
 from memcalc.graph.blocks.embedding import embeddings, rotary_tables
 from memcalc.graph.blocks.head import head_and_loss
@@ -73,6 +74,11 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
     impl = family_of(spec).impl
+    if setup.attention is Attention.sdpa and impl.sdpa_refused:
+        raise MemcalcError(
+            f"--attention sdpa: the HF {spec.family.value} implementation has no SDPA attention "
+            f"({impl.sdpa_refused}); use --attention eager or --attention flash"
+        )
     dims = dims_of(spec, setup, device)
 
     types = list(dict.fromkeys((*spec.first_layers, *spec.layer_pattern)))
@@ -94,7 +100,9 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     pro = Scope()
     embeddings(pro, spec, impl, dims)
     if spec.positions is Positions.rotary:
-        rotary_tables(pro, spec, dims)
+        spans = {t.is_sliding for t in present} if impl.rotary_per_span else {False}
+        table = DType.fp32 if impl.rotary_tables_fp32 else dims.r
+        rotary_tables(pro, spec, dims, pairs=len(spans), dtype=table)
     if shared:
         pro.add(
             "shared block inputs",
@@ -119,10 +127,19 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
             )
             for sliding in sorted(spans)
         )
+    elif setup.attention is Attention.sdpa and any(
+        sliding_mask(spec, setup.seq, t) for t in present
+    ):
+        # SDPA sliding layers get HF's boolean mask: (s, s) expanded to (b, 1, s, s)
+        # (sdpa_mask), passed to every sliding layer by keyword and saved by none (SDPA saves
+        # its own additive copy), so a checkpoint's closure keeps it. Full layers get None.
+        extra = (Saved("sdpa_sliding_mask", setup.seq * setup.seq, DType.bool),)
     if impl.checkpoint_keeps_position_ids:
-        # HF passes position_ids (1 x s, int64) to every layer by keyword; no op saves them
-        # (RoPE runs under no_grad), so a checkpoint's closure is what keeps them.
-        extra += (Saved("position_ids", setup.seq, DType.int64),)
+        # HF passes position_ids (1 x s, or b x s when built per sequence, int64) to every
+        # layer by keyword; no op saves them (RoPE runs under no_grad), so a checkpoint's
+        # closure is what keeps them.
+        rows = setup.batch if impl.position_ids_batched else 1
+        extra += (Saved("position_ids", rows * setup.seq, DType.int64),)
 
     epi = _scope(setup)
     logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)

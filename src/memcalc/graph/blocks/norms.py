@@ -50,6 +50,11 @@ def rms_norm(
       in fp32 and saves y (fp32) for the weight gradient.
     - ``rms_norm_unit_offset`` (Gemma2RMSNorm): ``y * (1.0 + weight.float())`` saves y (fp32)
       and the fp32 ``1 + w`` vector (width elements, once per norm call, whatever the tokens).
+
+    In the two fp32 weight multiplies, backward holds three fp32 tensors of x's size besides
+    the incoming gradient: the gradient of the fp32 product (``ToCopyBackward``), the gradient
+    of y, and the product ``grad * y`` that is summed into the weight's gradient (measured on
+    the CPU: the peak of a recomputed OLMo 2 / Gemma block).
     """
     numel = x.numel
     x32 = x if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", numel, DType.fp32)
@@ -86,7 +91,7 @@ def rms_norm(
             [y32],
             numel,
             "aten.mul.Tensor(weight, y_fp32) in fp32: saves y (Olmo2RMSNorm)",
-            grads=2 * numel * 4 + x.nbytes,
+            grads=3 * numel * 4 + x.nbytes,
             params=width,
             weights=weight,
         )
@@ -99,7 +104,7 @@ def rms_norm(
             [y32, one_plus_w],
             2 * numel,
             "aten.mul.Tensor(y, 1 + weight.float()): saves y and 1 + w (Gemma2RMSNorm)",
-            grads=2 * numel * 4 + x.nbytes,
+            grads=3 * numel * 4 + x.nbytes,
             params=width,
             weights=weight,
         )
