@@ -1,18 +1,21 @@
-"""Estimate vs measured (CPU, exact byte counts) for a grid of small GPT-2 and Llama configs,
-as a markdown table: the "How accurate is it?" section of the README (docs/accuracy.md).
+"""Estimate vs measured (CPU, exact byte counts) for a grid of small GPT-2 and Llama configs and
+one small config of each dense HF family of issue 8 (tests/data/hf/tiny), as a markdown table:
+the "How accurate is it?" section of the README (docs/accuracy.md).
 
-    PYTHONPATH=src python benchmarks/accuracy.py [--device cpu|cuda]
+    PYTHONPATH=src python benchmarks/accuracy.py [--device cpu|cuda] [--families]
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from memcalc.estimate import Options
 from memcalc.measure.build import Impl
 from memcalc.measure.compare import compare, estimate_for
 from memcalc.measure.runner import measure
 from memcalc.profiles import load_profile
+from memcalc.spec.loaders import load_model
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.presets import preset
 from memcalc.spec.training import TrainingSetup
@@ -54,10 +57,32 @@ CASES = [
 ]
 
 
+TINY = Path(__file__).resolve().parents[1] / "tests" / "data" / "hf" / "tiny"
+
+
+def _tiny(model_type: str) -> ModelSpec:
+    """The research tiny config of a family, with room for --seq positions (OPT's table)."""
+    spec = load_model(str(TINY / f"{model_type}.json"))
+    return spec.replace(name=f"tiny {model_type}", max_position_embeddings=4096)
+
+
+FAMILY_CASES = [
+    # one small config per dense family (b and s from --batch / --seq)
+    (_tiny("qwen3"), Impl.hf, "bf16", "sdpa", None, Recompute.none),
+    (_tiny("gemma2"), Impl.hf, "bf16", "eager", None, Recompute.full),
+    (_tiny("gemma3_text"), Impl.hf, "bf16", "sdpa", None, Recompute.none),
+    (_tiny("phi3"), Impl.hf, "fp32", "sdpa", None, Recompute.selective),
+    (_tiny("gpt_neox"), Impl.hf, "bf16", "eager", None, Recompute.none),
+    (_tiny("opt"), Impl.hf, "bf16", "eager", None, Recompute.none),
+    (_tiny("olmo2"), Impl.hf, "fp32", "eager", None, Recompute.full),
+    (_tiny("mistral"), Impl.hf, "amp-bf16", "sdpa", None, Recompute.none),
+]
+
+
 def _wide(name: str, base: str, layers: int = 2) -> ModelSpec:
     """A preset's real widths (hidden, heads, kv heads, MLP, vocabulary) with fewer blocks, so
     that 7B-shaped layers at real sequence lengths run on a CPU."""
-    return preset(base).model_copy(update={"name": name, "num_layers": layers})
+    return preset(base).replace(name=name, num_layers=layers)
 
 
 WIDE_CASES = [
@@ -114,8 +139,12 @@ def main() -> None:
     ap.add_argument(
         "--wide", action="store_true", help="7B-width layers at real sequence lengths (minutes)"
     )
+    ap.add_argument(
+        "--families", action="store_true", help="one tiny config per dense HF family instead"
+    )
     args = ap.parse_args()
-    cases = WIDE_CASES if args.wide else [(*c, args.batch, args.seq) for c in CASES]
+    grid = FAMILY_CASES if args.families else CASES
+    cases = WIDE_CASES if args.wide else [(*c, args.batch, args.seq) for c in grid]
     gpu = load_profile("h100-sxm-80gb")
     cols = ["parameters", "gradients", "optimizer states", "stored activations", "peak of the step"]
     print(f"| model | impl | precision | attention | dropout | recompute | {' | '.join(cols)} |")

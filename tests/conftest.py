@@ -18,6 +18,12 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    if "slow" not in (config.getoption("markexpr") or ""):
+        # the default run stays within its CI budget; `pytest -m slow` runs these
+        slow = pytest.mark.skip(reason="slow: run with -m slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(slow)
     if _cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -16,7 +16,7 @@ from functools import cache
 
 from memcalc.graph.ops import Component, OpGraph, ParamTensor
 from memcalc.spec.model import ModelSpec
-from memcalc.spec.training import TrainingSetup
+from memcalc.spec.training import Attention, TrainingSetup
 
 COMPONENTS = ("embedding", "attention", "mlp", "norms", "head")
 
@@ -167,8 +167,9 @@ class ParamCounts:
         )
 
 
-PARAM_SETUP = TrainingSetup(batch=1, seq=1)
-"""The setup parameter shapes are read under (they do not depend on batch or sequence)."""
+PARAM_SETUP = TrainingSetup(batch=1, seq=1, attention=Attention.eager)
+"""The setup parameter shapes are read under (they depend on neither batch, sequence nor the
+attention kernel; eager is the one every family's implementation has)."""
 
 
 def graph_param_counts(graph: OpGraph, *, lm_head_numel: int) -> ParamCounts:

@@ -12,6 +12,7 @@ depth.
 from __future__ import annotations
 
 from memcalc.errors import MemcalcError
+from memcalc.graph.blocks.attention import sliding_mask
 from memcalc.graph.blocks.block import decoder_block
 from memcalc.graph.blocks.embedding import embeddings, rotary_tables
 from memcalc.graph.blocks.head import head_and_loss
@@ -142,6 +143,11 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
     impl = family_of(spec).impl
+    if setup.attention is Attention.sdpa and impl.sdpa_refused:
+        raise MemcalcError(
+            f"--attention sdpa: the HF {spec.family.value} implementation has no SDPA attention "
+            f"({impl.sdpa_refused}); use --attention eager or --attention flash"
+        )
     dims = dims_of(spec, setup, device)
     ft = finetune_of(spec, setup, impl)
     # the first layer is a kind of its own when its input needs no gradient
@@ -178,10 +184,13 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
             f"{', '.join(sorted(linears))} (or all-linear)"
         )
 
+    present = list(dict.fromkeys(t for (t, _), n in zip(types, counts, strict=True) if n))
     pro = Scope(finetune=ft)
     embeddings(pro, spec, impl, dims, output_grad=first_grad)
     if spec.positions is Positions.rotary:
-        rotary_tables(pro, spec, dims)
+        spans = {t.is_sliding for t in present} if impl.rotary_per_span else {False}
+        table = DType.fp32 if impl.rotary_tables_fp32 else dims.r
+        rotary_tables(pro, spec, dims, pairs=len(spans), dtype=table)
     if shared:
         pro.add(
             "shared block inputs",
@@ -197,7 +206,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         # eager attention and passes it to every decoder layer; a checkpoint keeps it alive
         # once (GPT-2 passes it positionally, so checkpoint's _NoopSaveInputs saves it;
         # Llama by keyword, so the checkpoint's closure holds it).
-        spans = {t.is_sliding for (t, _), n in zip(types, counts, strict=True) if n}
+        spans = {t.is_sliding for t in present}
         extra = tuple(
             Saved(
                 "eager_sliding_mask" if sliding else "eager_causal_mask",
@@ -206,10 +215,19 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
             )
             for sliding in sorted(spans)
         )
+    elif setup.attention is Attention.sdpa and any(
+        sliding_mask(spec, dims.s, t) for t in present
+    ):
+        # SDPA sliding layers get HF's boolean mask: (s, s) expanded to (b, 1, s, s)
+        # (sdpa_mask), passed to every sliding layer by keyword and saved by none (SDPA saves
+        # its own additive copy), so a checkpoint's closure keeps it. Full layers get None.
+        extra = (Saved("sdpa_sliding_mask", dims.s * dims.s, DType.bool),)
     if impl.checkpoint_keeps_position_ids:
-        # HF passes position_ids (1 x s, int64) to every layer by keyword; no op saves them
-        # (RoPE runs under no_grad), so a checkpoint's closure is what keeps them.
-        extra += (Saved("position_ids", dims.s, DType.int64),)
+        # HF passes position_ids (1 x s, or b x s when built per sequence, int64) to every
+        # layer by keyword; no op saves them (RoPE runs under no_grad), so a checkpoint's
+        # closure is what keeps them.
+        rows = dims.b if impl.position_ids_batched else 1
+        extra += (Saved("position_ids", rows * dims.s, DType.int64),)
 
     epi = _scope(setup, ft)
     logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)

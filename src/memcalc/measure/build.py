@@ -41,9 +41,27 @@ def torch_dtype(dtype: DType) -> torch.dtype:
         ) from None
 
 
-def attention_kind(setup: TrainingSetup) -> str:
-    """The kernel run: ``eager``, or ``sdpa`` for both sdpa and flash (the same saved tensors)."""
-    return "eager" if setup.attention is Attention.eager else "sdpa"
+def attention_kind(setup: TrainingSetup, spec: ModelSpec | None = None) -> str:
+    """The kernel run: ``eager``, or ``sdpa`` for both sdpa and flash -- the same saved tensors,
+    except where HF gives SDPA a sliding-window mask (flash-attention 2 takes the window in the
+    kernel) or has no SDPA at all (Gemma 2): then ``flash`` of ``spec`` is refused, since
+    flash-attention 2 itself needs CUDA."""
+    if setup.attention is Attention.eager:
+        return "eager"
+    if setup.attention is Attention.flash and spec is not None:
+        from memcalc.graph.blocks.attention import sliding_mask
+        from memcalc.spec.families import family_of
+
+        types = set(spec.first_layers) | set(spec.layer_pattern)
+        if family_of(spec).impl.sdpa_refused or any(
+            sliding_mask(spec, setup.seq, t) for t in types
+        ):
+            raise MemcalcError(
+                f"--attention flash: measure and trace run SDPA in place of flash-attention 2 "
+                f"(a CUDA kernel), and for {spec.name} at --seq {setup.seq} the two differ "
+                "(sliding-window mask, or no SDPA); use --attention sdpa or eager"
+            )
+    return "sdpa"
 
 
 def build_model(
@@ -64,9 +82,9 @@ def build_model(
                 f"--seq {setup.seq} is longer than {spec.name}'s window "
                 f"({spec.sliding_window}); use --impl hf"
             )
-        model: nn.Module = Transformer(Config.from_spec(spec, attention_kind(setup)))
+        model: nn.Module = Transformer(Config.from_spec(spec, attention_kind(setup, spec)))
     else:
-        model = _hf_model(spec, attention_kind(setup))
+        model = _hf_model(spec, attention_kind(setup, spec))
     return model.to(device=device, dtype=dtype).train()
 
 
@@ -82,7 +100,7 @@ def _hf_model(spec: ModelSpec, attention: str) -> nn.Module:
 
 def layer_list(model: nn.Module) -> tuple[nn.Module, str]:
     """(parent, attribute) of the decoder-block ModuleList, in ours and in HF models."""
-    paths = ("h", "transformer.h", "model.layers")
+    paths = ("h", "transformer.h", "model.layers", "model.decoder.layers", "gpt_neox.layers")
     # a PEFT model wraps the HF model twice: PeftModel.base_model (LoraModel).model
     for path in (*paths, *(f"base_model.model.{p}" for p in paths)):
         parent: Any = model

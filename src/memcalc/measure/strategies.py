@@ -142,7 +142,7 @@ def _uses_eager(model: nn.Module) -> bool:
 
 
 def _attention_modules(block: nn.Module) -> list[nn.Module]:
-    names = ("attn", "self_attn")
+    names = ("attn", "self_attn", "attention")  # GPT-2 / Llama and most HF / GPT-NeoX
     return [getattr(block, n) for n in names if isinstance(getattr(block, n, None), nn.Module)]
 
 

@@ -33,6 +33,7 @@ def attention_core(
     prefix: str,
     probs_to: DType,
     softcap: float | None = None,
+    mask: Saved | None = None,
 ) -> Saved:
     """Attention from q, k, v to the merged (T x a*d) output that the out-projection saves.
 
@@ -44,7 +45,8 @@ def attention_core(
     SDPA / flash (``aten._scaled_dot_product_flash_attention``): saves q, k, v, the output and
     the fp32 logsumexp (b*a*s); the output is laid out (b, s, a, d), so the reshape is a view and
     the out-projection saves the same storage. Dropout inside the kernel keeps no mask (Philox
-    seed and offset are replayed).
+    seed and offset are replayed). A ``mask`` (the additive sliding-window mask SDPA made from
+    HF's boolean one) is saved with them.
     Under autocast each matmul (and SDPA) saves 16-bit casts of its fp32 inputs;
     ``probs_to`` is the dtype the probabilities are cast to after softmax (GPT-2: v's dtype,
     Llama: q's -- fp32 under autocast, so its AV matmul casts them again).
@@ -110,12 +112,33 @@ def attention_core(
     sc.add(
         f"{prefix}.sdpa",
         ATTN,
-        unique([sc.matmul_input(t, "sdpa") for t in (q, k, v)] + [out, lse]),
+        unique([sc.matmul_input(t, "sdpa") for t in (q, k, v)] + [out, lse])
+        + ([mask] if mask is not None else []),
         2 * qk_flops + 5 * scores,
-        "aten._scaled_dot_product_flash_attention: saves q, k, v, out, logsumexp",
+        "aten._scaled_dot_product_flash_attention: saves q, k, v, out, logsumexp"
+        + (" (_efficient_attention: and the mask)" if mask is not None else ""),
         grads=T * (dims.q + 2 * dims.kv) * p + out.nbytes,
     )
     return out
+
+
+SDPA_GQA_MAX_HEAD_DIM = 256
+"""HF passes ``enable_gqa`` to SDPA only for head dims up to this (``use_gqa_in_sdpa``)."""
+
+
+def sliding_mask(spec: ModelSpec, s: int, layer_type: LayerType) -> bool:
+    """Whether HF builds a sliding-window mask for a layer of ``layer_type`` at sequence ``s``:
+    for SDPA only when the window can cut something off (``_ignore_causal_mask_sdpa``:
+    ``kv_length >= local_attention_size`` keeps the mask); a ``flash`` kernel takes the
+    window as an argument and gets no mask at all."""
+    window = spec.sliding_window
+    return layer_type.is_sliding and window is not None and s >= window
+
+
+def _sdpa_gqa(dims: Dims, mask: Saved | None) -> bool:
+    """``use_gqa_in_sdpa``: SDPA reads the unrepeated k and v (``enable_gqa``) only without a
+    mask and for head dims up to 256; otherwise HF's ``repeat_kv`` copies them."""
+    return mask is None and dims.d <= SDPA_GQA_MAX_HEAD_DIM
 
 
 def _qk_norm(sc: Scope, spec: ModelSpec, dims: Dims, name: str, x: Saved, heads: int) -> Saved:
@@ -139,10 +162,12 @@ def self_attention(
     """The attention sublayer on its (normed) input ``x``: returns the output projection's
     output and the tensors the attention core reads (what a checkpoint around it keeps).
 
-    A sliding-window layer under SDPA whose window is shorter than the sequence gets HF's
-    boolean (b, 1, s, s) mask (``masking_utils.create_sliding_window_causal_mask``), made once
-    for all layers; with a mask HF repeats k and v to every head (``use_gqa_in_sdpa`` needs
-    no mask) and the kernel saves the mask with q, k and v.
+    A sliding-window layer under SDPA whose window does not cover the sequence gets HF's
+    boolean (b, 1, s, s) mask (``masking_utils.create_sliding_window_causal_mask``; one (s, s)
+    storage expanded over the batch, made once for all layers and not saved: a checkpoint's
+    extra input, see ``lower``); with a mask HF repeats k and v to every head
+    (``use_gqa_in_sdpa`` needs no mask) and SDPA saves its own additive copy of the mask.
+    ``flash`` (HF flash_attention_2) takes the window and GQA in the kernel: no mask, no copy.
     """
     T, h, p = dims.T, dims.h, dims.p
     names = impl.names
@@ -157,11 +182,14 @@ def self_attention(
     if spec.qk_norm is not QkNorm.none:
         q = _qk_norm(sc, spec, dims, names["q_norm"], q, dims.a)
         k = _qk_norm(sc, spec, dims, names["k_norm"], k, dims.g)
-    rotated = spec.positions is Positions.rotary
-    if rotated:
+    if spec.positions is Positions.rotary:
         # apply_rotary_pos_emb: q*cos + rotate_half(q)*sin -- mul saves cos and sin (no grad),
         # shared by every layer and counted once in the prologue; q_embed and k_embed are new
-        # tensors. q (p) * cos (stream dtype): under autocast the rotated q and k are fp32.
+        # tensors (partial rotary: cat of the rotated and the passed-through dims, new too).
+        # Their dtype: q (p) times the tables (stream dtype; fp32 under autocast, or always
+        # when the rotary module keeps them fp32), unless RoPE casts back to q's dtype.
+        tables = DType.fp32 if impl.rotary_tables_fp32 else dims.r
+        rotated = p if impl.rotary_keeps_q_dtype or tables is p else DType.fp32
         sc.add(
             names["rope"],
             ATTN,
@@ -170,20 +198,26 @@ def self_attention(
             "aten.mul(q, cos): saves cos (and sin)",
             grads=2 * T * (dims.q + dims.kv) * p.itemsize,
         )
-        q = Saved(f"{names['rope']}.q_embed", T * dims.q, dims.r, needs_grad=q.needs_grad)
-        k = Saved(f"{names['rope']}.k_embed", T * dims.kv, dims.r, needs_grad=k.needs_grad)
+        q = Saved(f"{names['rope']}.q_embed", T * dims.q, rotated, needs_grad=q.needs_grad)
+        k = Saved(f"{names['rope']}.k_embed", T * dims.kv, rotated, needs_grad=k.needs_grad)
     core_inputs = tuple(unique([q, k, v]))
-    masked = (
-        attention is not Attention.eager
-        and layer_type.is_sliding
-        and spec.sliding_window is not None
-        and spec.sliding_window < dims.s
-    )
-    if masked:
-        sc.share(Saved("sliding_window_mask", dims.b * dims.s * dims.s, DType.bool))
-        if dims.kv != dims.q:
-            k = Saved("attn.k_repeated", T * dims.q, k.dtype, needs_grad=k.needs_grad)
-            v = Saved("attn.v_repeated", T * dims.q, v.dtype, needs_grad=v.needs_grad)
+    mask = None
+    if attention is Attention.sdpa and sliding_mask(spec, dims.s, layer_type):
+        # SDPA converts the boolean mask to an additive one in q's dtype, (b, 1, s, s)
+        # (convert_boolean_attn_mask: zeros_like of the batch-expanded mask, then
+        # masked_fill_), and the kernel saves it: a new tensor in every layer. (CUDA's
+        # memory-efficient kernel, which takes masks, pads its last dim to a multiple of 16.)
+        mask = Saved("attn.sdpa_mask", dims.b * dims.s * dims.s, p)
+    if attention is Attention.sdpa and dims.kv != dims.q and not _sdpa_gqa(dims, mask):
+        # sdpa_attention_forward: without enable_gqa, repeat_kv copies k and v to all heads
+        k = Saved("attn.k_repeated", T * dims.q, k.dtype, needs_grad=k.needs_grad)
+        v = Saved("attn.v_repeated", T * dims.q, v.dtype, needs_grad=v.needs_grad)
+    if attention is Attention.eager and dims.kv == dims.q and v.name != q.name and dims.b > 1:
+        if v.numel != T * dims.kv:
+            # v is a strided view of the fused qkv output (q and k were rebuilt by RoPE):
+            # matmul(probs, v) folds (b, a) with a reshape, which copies it -- the buffer
+            # itself is not kept (with b == 1 the fold is a view and the buffer is saved)
+            v = Saved("attn.v_contiguous", T * dims.kv, v.dtype, needs_grad=v.needs_grad)
     if attention is Attention.eager and dims.kv != dims.q:
         if dims.g == 1 and dims.b == 1:
             # repeat_kv's reshape of the expanded tensor is a view: no copy, but an op that
@@ -208,7 +242,16 @@ def self_attention(
         prefix="attn",
         probs_to=q.dtype if impl.probs_to_query_dtype else p,
         softcap=spec.attention_softcap,
+        mask=mask,
     )
+    if (
+        attention is not Attention.eager
+        and impl.rotary_concat
+        and spec.positions is Positions.rotary
+    ):
+        # the kernel's output follows q's head-major layout: the (b, s, a*d) view the output
+        # projection needs is a copy
+        merged = Saved("attn.merged_contiguous", T * dims.q, merged.dtype)
     out = linear(
         sc, names["o"], ATTN, merged, T, dims.q, h, p, bias=spec.out_bias, out_tokens=dims.T_rep
     )

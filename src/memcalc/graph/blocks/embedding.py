@@ -17,9 +17,10 @@ def embeddings(
 ) -> Saved:
     """``aten.embedding`` saves its indices (the token ids, int64) for its weight's gradient --
     nothing when the embedding is frozen; a learned position table (GPT-2, OPT) likewise saves
-    the position ids (1 x s); Gemma multiplies by sqrt(h) (a 0-d tensor its ``mul`` saves);
-    embedding dropout saves its mask (when its output needs a gradient). Returns the residual
-    stream."""
+    the position ids (1 x s; OPT: ``position_ids + 2``, b x s); Gemma multiplies by sqrt(h)
+    (``Gemma2TextScaledWordEmbedding``: ``* embed_scale``, a 0-d buffer: its ``mul`` saves no
+    activation); embedding dropout saves its mask (when its output needs a gradient). Returns
+    the residual stream."""
     T, h = dims.T, dims.h
     names = impl.names
 
@@ -46,9 +47,17 @@ def embeddings(
         sc.add(
             names["embed_positions"],
             EMB,
-            [Saved("position_ids", dims.s, DType.int64)] if trainable else [],
+            [
+                Saved(
+                    "position_ids",
+                    dims.s * (dims.b if impl.position_ids_batched else 1),
+                    DType.int64,
+                )
+            ]
+            if trainable
+            else [],
             T * h,
-            "aten.embedding: saves indices (position_ids of shape 1 x s)",
+            "aten.embedding: saves indices (position_ids of shape 1 x s, or b x s)",
             weights=(weight,),
         )
     x = tensor("embed.out", dims.T_rep, h, dims.r)
@@ -56,9 +65,9 @@ def embeddings(
         sc.add(
             "embed_scale",
             EMB,
-            [Saved("embed_scale.normalizer", 1, dims.r)],
+            [],
             T * h,
-            "aten.mul.Tensor(x, normalizer): saves the 0-d normalizer (Gemma)",
+            "aten.mul.Tensor(x, embed_scale): saves the 0-d scale, a buffer (Gemma)",
         )
         x = tensor("embed.scaled", dims.T_rep, h, dims.r)
     if not output_grad:
@@ -66,16 +75,20 @@ def embeddings(
     return dropout(sc, names["embed_dropout"], EMB, x, spec.embedding_dropout)
 
 
-def rotary_tables(sc: Scope, spec: ModelSpec, dims: Dims, pairs: int = 1) -> None:
-    """cos and sin (1 x s x rotary dims, stream dtype), made once by the model's rotary module
-    and saved by the q/k ``mul`` of every layer: counted once, here. ``pairs`` tables when
-    layer types rotate differently (Gemma 3: local and global)."""
+def rotary_tables(
+    sc: Scope, spec: ModelSpec, dims: Dims, pairs: int = 1, dtype: DType | None = None
+) -> None:
+    """cos and sin (1 x s x rotary dims, stream dtype unless ``dtype``: OLMo 2 keeps them
+    fp32), made once by the model's rotary module (``*RotaryEmbedding.forward``) and saved by
+    the q/k ``mul`` of every layer: counted once, here. ``pairs`` tables when layer types
+    rotate differently (Gemma 3: local and global)."""
+    dtype = dtype or dims.r
     saves = []
     for i in range(pairs):
         suffix = f".{i}" if pairs > 1 else ""
         saves += [
-            Saved(f"rope.cos{suffix}", dims.s * spec.rotary_dim, dims.r),
-            Saved(f"rope.sin{suffix}", dims.s * spec.rotary_dim, dims.r),
+            Saved(f"rope.cos{suffix}", dims.s * spec.rotary_dim, dtype),
+            Saved(f"rope.sin{suffix}", dims.s * spec.rotary_dim, dtype),
         ]
     sc.add(
         "rotary_embedding",

@@ -84,6 +84,11 @@ def rms_norm(
 
     A frozen weight (LoRA) drops what only its gradient needs (y); an input that needs no
     grad (the first layer without enable_input_require_grads) drops the rest.
+
+    In the two fp32 weight multiplies, backward holds three fp32 tensors of x's size besides
+    the incoming gradient: the gradient of the fp32 product (``ToCopyBackward``), the gradient
+    of y, and the product ``grad * y`` that is summed into the weight's gradient (measured on
+    the CPU: the peak of a recomputed OLMo 2 / Gemma block).
     """
     numel = x.numel
     x32 = x if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", numel, DType.fp32)
@@ -129,7 +134,7 @@ def rms_norm(
             [y32] if trainable else [],
             numel,
             "aten.mul.Tensor(weight, y_fp32) in fp32: saves y (Olmo2RMSNorm)",
-            grads=2 * numel * 4 + x.nbytes,
+            grads=3 * numel * 4 + x.nbytes,
             params=params,
             weights=weight,
         )
@@ -143,7 +148,7 @@ def rms_norm(
             saves,
             2 * numel,
             "aten.mul.Tensor(y, 1 + weight.float()): saves y and 1 + w (Gemma2RMSNorm)",
-            grads=2 * numel * 4 + x.nbytes,
+            grads=3 * numel * 4 + x.nbytes,
             params=params,
             weights=weight,
         )

@@ -4,7 +4,10 @@ find the blocks; run the forward and the loss."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import inspect
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +98,9 @@ class Recorder:
     """(autograd sequence number of the op's node, FLOPs)."""
     keep_alive: list[torch.Tensor] = field(default_factory=list)
     """Tensors whose storage keys were noted, kept so that no storage address is reused."""
+    attention_inputs: list[Any] = field(default_factory=list)
+    """The autograd nodes that made the q, k, v passed to HF's eager attention functions
+    (where a selective checkpoint of the attention core starts; ``attention_calls``)."""
 
     def storage(self, t: torch.Tensor) -> StorageRecord:
         key = storage_key(t)
@@ -156,6 +162,33 @@ class Recorder:
             key = storage_key(t)
             if t is not hidden and key not in self.exclude and t.untyped_storage().nbytes():
                 self.shared_inputs.setdefault(key, t)
+
+
+@contextlib.contextmanager
+def attention_calls(model: nn.Module, rec: Recorder) -> Iterator[None]:
+    """Note the nodes that made q, k and v at each call of an HF ``eager_attention_forward``
+    (looked up in its modeling module at call time, as measure's selective recompute wraps
+    it): what a checkpoint of the attention core would hold."""
+    patched: dict[Any, Any] = {}
+    for m in model.modules():
+        module = sys.modules.get(type(m).__module__)
+        original = getattr(module, "eager_attention_forward", None)
+        if module is None or original is None or module in patched:
+            continue
+        patched[module] = original
+
+        def eager(attn: nn.Module, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            for t in args[:3]:
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                    rec.attention_inputs.append(t.grad_fn)
+            return _original(attn, *args, **kwargs)
+
+        module.eager_attention_forward = eager  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for module, original in patched.items():
+            module.eager_attention_forward = original  # type: ignore[attr-defined]
 
 
 class OpRecorder(TorchDispatchMode):

@@ -29,6 +29,8 @@ BY_ITEMSIZE = {1: DType.int8, 2: DType.fp16, 4: DType.fp32, 8: DType.int64}
 their bytes stay exact."""
 
 LN_NAME = re.compile(r"(^|_)ln(_|\d|$)")
+FC_NAME = re.compile(r"^fc(\d|_in|_out)?$")
+"""MLP projections that sit directly in the block, not in an MLP module (OPT ``fc1``/``fc2``)."""
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,17 @@ def gpu_kernels() -> Iterator[None]:
         if dropout_p > 0 and query.device.type == "cpu" and (heads_match or enable_gqa):
             # aten._scaled_dot_product_flash_attention_for_cpu: saves q, k, v, out, logsumexp
             # (as CUDA flash); dropout is replayed from the RNG state, no mask is kept. Only
-            # reached under FakeTensorMode (the real CPU kernel has no dropout).
+            # reached under FakeTensorMode (the real CPU kernel has no dropout). What the
+            # composite F.scaled_dot_product_attention does first is done here too: autocast
+            # casts q, k, v to its 16-bit dtype, and a boolean mask becomes an additive one in
+            # q's dtype (convert_boolean_attn_mask), which the kernel saves.
+            if torch.is_autocast_enabled(query.device.type):
+                dtype = torch.get_autocast_dtype(query.device.type)
+                query, key, value = (t.to(dtype) for t in (query, key, value))
+            if attn_mask is not None and attn_mask.dtype == torch.bool:
+                attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(
+                    attn_mask.logical_not(), float("-inf")
+                )
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
             )[0]

@@ -12,7 +12,7 @@ from torch import nn
 from memcalc.errors import MemcalcError
 from memcalc.graph.ops import Block, Component, Op, OpGraph, Saved
 from memcalc.measure.trace.capture import Recorder, StorageRecord, memcalc_dtype, storage_key
-from memcalc.measure.trace.common import LN_NAME, PROLOGUE
+from memcalc.measure.trace.common import FC_NAME, LN_NAME, PROLOGUE
 
 # ---------------------------------------------------------------------------------------------
 # From the autograd graph to ops
@@ -125,14 +125,17 @@ def _from_parameter(node: Any) -> bool:
     return False
 
 
-def _core_region(nodes: list[_Node], n: int) -> set[int]:
+def _core_region(nodes: list[_Node], n: int, boundary: frozenset[int] = frozenset()) -> set[int]:
     """ids of the nodes a checkpoint around each block's attention core would replay.
 
     The attention matmuls are the matmuls of two activations (every other matmul of a block
     has a weight operand): QK^T and AV. The core is both of them and every node on a path
     between them (scale, mask add, softmax, casts, dropout), plus the data-movement nodes that
     feed only the core (repeat_kv's expand + copy of k and v, matmul's reshape of q). A fused
-    kernel (SDPA, flash) has no such matmuls: nothing to drop, as in lower.py.
+    kernel (SDPA, flash) has no such matmuls: nothing to drop, as in lower.py. ``boundary``:
+    ids of the nodes that made the q, k and v an HF attention function was called with
+    (``Recorder.attention_inputs``); the core starts at that call, so a cast made before it
+    (OLMo 2's ``q_embed.to(q_type)``) stays outside even though only the core reads it.
     """
     by_id = {id(x.node): x for x in nodes}
     consumers: dict[int, list[int]] = {}
@@ -165,7 +168,10 @@ def _core_region(nodes: list[_Node], n: int) -> set[int]:
         for x in reversed(inside):
             used_by = consumers.get(id(x.node), [])
             if id(x.node) in core or (
-                x.kind in MOVEMENT and used_by and all(c in core for c in used_by)
+                x.kind in MOVEMENT
+                and id(x.node) not in boundary
+                and used_by
+                and all(c in core for c in used_by)
             ):
                 core.add(id(x.node))
         region |= {i for i in core if i in by_id}
@@ -222,7 +228,7 @@ def build_graph(
     for key in rec.saved:
         owner.setdefault(key, rec.storages[key].scope)
 
-    region = _core_region(nodes, n)
+    region = _core_region(nodes, n, frozenset(id(node) for node in rec.attention_inputs))
     flops: dict[int, int] = {}
     for s, f in rec.flops:
         flops[s] = flops.get(s, 0) + f
@@ -320,7 +326,11 @@ def component_of(
             return Component.norm
         if "attn" in name or "attention" in name or "attention" in cls:
             return Component.attention
-        if "mlp" in cls or any(k in name for k in ("mlp", "ffn", "feed_forward", "expert")):
+        if (
+            "mlp" in cls
+            or any(k in name for k in ("mlp", "ffn", "feed_forward", "expert"))
+            or FC_NAME.match(name)
+        ):
             return Component.mlp
         if "embed" in name or "embedding" in cls:
             return Component.embedding

@@ -21,6 +21,7 @@ from memcalc.measure.build import Impl, torch_dtype
 from memcalc.measure.trace.capture import (
     OpRecorder,
     Recorder,
+    attention_calls,
     find_blocks,
     loss_and_logits,
     run_forward,
@@ -72,7 +73,7 @@ def trace_module(
         ids = torch.randint(0, vocab, (batch, seq), device=device)
         try:
             with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
-                with unpacked_sequences(), OpRecorder(rec), autocast:
+                with unpacked_sequences(), attention_calls(model, rec), OpRecorder(rec), autocast:
                     out = run_forward(model, ids)
                     loss, logits = loss_and_logits(out, ids)
             graph = build_graph(rec, blocks, modules, loss, logits, batch, seq)

@@ -80,7 +80,7 @@ def spec_target(spec: ModelSpec, setup: TrainingSetup, impl: Impl) -> Target:
             f"--input-shape: sequence {setup.seq} is longer than the model's "
             f"max_position_embeddings ({spec.max_position_embeddings})"
         )
-    attention = attention_kind(setup)
+    attention = attention_kind(setup, spec)
 
     def build() -> nn.Module:
         if impl is Impl.ours:

@@ -3,13 +3,14 @@ the mapping between its ``config.json`` and a ModelSpec (``FamilyDef``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any
+from typing import Any, TypeVar
 
 from memcalc.errors import MemcalcError
-from memcalc.spec.model import Family, ModelSpec
+from memcalc.spec.model import Family, LayerType, ModelSpec
+from memcalc.validate import FieldError
 
 LLAMA_NAMES: dict[str, str] = {
     # op names of one block, by role (Llama-style unless a family says otherwise)
@@ -58,6 +59,27 @@ class Implementation:
     checkpoint_keeps_position_ids: bool = True
     """Decoder layers get ``position_ids`` (1 x s, int64) by keyword: a checkpoint's closure
     keeps them."""
+    position_ids_batched: bool = False
+    """The model builds its position ids per sequence, (b x s) int64, from an all-ones
+    attention mask (``OPTDecoder.forward``: ``cumsum(mask) * mask - 1``), not (1 x s)."""
+    rotary_per_span: bool = False
+    """One rotary (cos, sin) pair per attention span that the layers use, each shared by the
+    layers of its span (``Gemma3RotaryEmbedding``: local and global theta)."""
+    rotary_tables_fp32: bool = False
+    """The rotary module returns cos and sin in fp32 whatever the model dtype
+    (``Olmo2RotaryEmbedding.forward`` does not cast them)."""
+    rotary_keeps_q_dtype: bool = False
+    """RoPE casts the rotated q and k back to q's dtype (``Olmo2``'s
+    ``apply_rotary_pos_emb``: ``q_embed.to(q_type)``); otherwise they take the promoted dtype
+    of q and the tables (fp32 under autocast)."""
+    rotary_concat: bool = False
+    """RoPE concatenates the rotated and the passed-through dims (``torch.cat``: NeoX, Phi-3),
+    so q and k come out contiguous head-major, (b, a, s, d); a fused kernel then lays its
+    output out the same way, and ``transpose(1, 2)...contiguous()`` before the output
+    projection copies it (eager attention makes its output contiguous itself)."""
+    sdpa_refused: str | None = None
+    """Why the HF implementation refuses ``attn_implementation="sdpa"``
+    (``_supports_sdpa = False``); None when it supports SDPA."""
     param_prefix: str = "model.layers.{layer}."
     """How HF names a block's parameters: this prefix + the op-level name."""
     param_renames: Mapping[str, str] = field(default_factory=lambda: {"attn.": "self_attn."})
@@ -116,6 +138,55 @@ class FamilyDef:
     """Family rules a spec must follow (e.g. Llama has no residual dropout)."""
 
 
+T = TypeVar("T")
+
+MAX_HEAD = 64
+"""Longest run of leading layers ``compress_layers`` tries before the repeating pattern."""
+
+
+def compress_layers(kinds: Sequence[T]) -> tuple[tuple[T, ...], tuple[T, ...]]:
+    """``(first_layers, layer_pattern)`` of an explicit per-layer list (HF ``layer_types``):
+    the fewest leading layers plus the shortest pattern that, repeated and cut at the end,
+    give ``kinds`` back.
+
+    >>> compress_layers("SSSSSFSSSSSFSSSS")   # Gemma 3: five sliding layers, one full
+    ((), ('S', 'S', 'S', 'S', 'S', 'F'))
+    >>> compress_layers("FFFSSSSS")           # Qwen: max_window_layers = 3
+    (('F', 'F', 'F'), ('S',))
+    """
+    kinds = tuple(kinds)
+    best: tuple[tuple[T, ...], tuple[T, ...]] = ((), kinds)
+    for head in range(min(len(kinds), MAX_HEAD + 1)):
+        period = _period(kinds[head:])
+        if head + period < len(best[0]) + len(best[1]):  # ties: the shorter head
+            best = (kinds[:head], kinds[head : head + period])
+    return best
+
+
+def _period(seq: Sequence[Any]) -> int:
+    """The smallest p with ``seq[i] == seq[i + p]`` for every i (KMP failure function)."""
+    n = len(seq)
+    fail = [0] * n
+    j = 0
+    for i in range(1, n):
+        while j and seq[i] != seq[j]:
+            j = fail[j - 1]
+        if seq[i] == seq[j]:
+            j += 1
+        fail[i] = j
+    return n - fail[-1] if n else 0
+
+
+HF_LAYER_TYPES = {"full_attention": LayerType.full, "sliding_attention": LayerType.sliding}
+"""HF ``layer_types`` entries of the dense families."""
+
+
+def hf_layer_types(spec: ModelSpec) -> list[str]:
+    """The HF ``layer_types`` list of ``spec`` (dense layer types only), for ``to_hf``."""
+    names = {t: name for name, t in HF_LAYER_TYPES.items()}
+    return [names[spec.layer_type(i)] for i in range(spec.num_layers)]
+
+
 class HfConfig:
     """A config.json being read: values by key, with the key named in every error."""
 
@@ -136,6 +207,33 @@ class HfConfig:
             model_type = self.cfg.get("model_type")
             raise MemcalcError(f"{self.source}: {key}: missing (required for {model_type})")
         return self.cfg[key]
+
+    def fail(self, key: str, problem: str) -> MemcalcError:
+        """A one-line error about ``key`` of this file."""
+        from memcalc.validate import FieldError
+
+        return FieldError(key, problem, self.source)
+
+    def refuse(self, key: str, value: Any, why: str) -> MemcalcError:
+        """The error for a value of ``key`` that memcalc does not model, and why."""
+        return self.fail(key, f"{value!r} is not modelled ({why})")
+
+    def layer_types(self, n: int, key: str = "layer_types") -> tuple[LayerType, ...] | None:
+        """``cfg[key]``: one HF layer type per layer (``full_attention`` /
+        ``sliding_attention``), or None when the file has none."""
+        value = self.cfg.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(key, f"expected a list of layer type names, got {value!r}")
+        if len(value) != n:
+            raise self.fail(key, f"lists {len(value)} layers, num_hidden_layers is {n}")
+        bad = sorted({v for v in value if v not in HF_LAYER_TYPES})
+        if bad:
+            raise self.fail(
+                key, f"unknown layer type {bad[0]!r}; memcalc reads: {', '.join(HF_LAYER_TYPES)}"
+            )
+        return tuple(HF_LAYER_TYPES[v] for v in value)
 
     def spec(self, fields: Mapping[str, Any]) -> ModelSpec:
         """The ModelSpec of ``fields``; a bad value names the config key it came from."""
@@ -164,3 +262,70 @@ class HfConfig:
         if isinstance(arch, list) and arch and isinstance(arch[0], str):
             return arch[0]
         return str(self.cfg.get("model_type"))
+
+
+# Shared by the Llama-style families. A family module imports only this module (never another
+# family's): its presets are built when it is imported, which loads every family.
+
+
+def llama_keys(c: HfConfig, family: Family) -> dict[str, Any]:
+    """The keys every Llama-style config.json names the same way (sizes, activation, tying,
+    attention dropout)."""
+    return {
+        "name": c.name(),
+        "family": family,
+        "vocab_size": c.require("vocab_size", "vocab_size"),
+        "hidden_size": c.require("hidden_size", "hidden_size"),
+        "num_layers": c.require("num_layers", "num_hidden_layers"),
+        "num_heads": c.require("num_heads", "num_attention_heads"),
+        "num_kv_heads": c.get("num_kv_heads", "num_key_value_heads"),
+        "head_dim": c.get("head_dim", "head_dim"),
+        "intermediate_size": c.require("intermediate_size", "intermediate_size"),
+        "max_position_embeddings": c.get(
+            "max_position_embeddings", "max_position_embeddings", 2048
+        ),
+        "activation": c.get("activation", "hidden_act", "silu"),
+        "tie_embeddings": c.get("tie_embeddings", "tie_word_embeddings", False),
+        "attention_dropout": c.get("attention_dropout", "attention_dropout", 0.0),
+    }
+
+
+def llama_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "model_type": model_type,
+        "vocab_size": spec.vocab_size,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.mlp_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.kv_heads,
+        "head_dim": spec.head_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "hidden_act": spec.activation.value,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "attention_dropout": spec.attention_dropout,
+        "use_cache": False,
+    }
+    if model_type == "llama":
+        if spec.qkv_bias != spec.out_bias:
+            raise MemcalcError(
+                "--impl hf: LlamaConfig puts one attention_bias on q/k/v and o; q/k/v bias "
+                "without an output bias is Qwen2 (family = qwen2)"
+            )
+        out |= {"attention_bias": spec.qkv_bias, "mlp_bias": spec.mlp_bias}
+    if spec.sliding_window is not None:
+        out["sliding_window"] = spec.sliding_window
+        if model_type == "qwen2":
+            out |= {"use_sliding_window": True, "max_window_layers": len(spec.first_layers)}
+    return out
+
+
+def attention_dropout_only(spec: ModelSpec) -> None:
+    """Family check of the implementations whose only dropout is on the attention
+    probabilities."""
+    if spec.embedding_dropout or spec.residual_dropout:
+        raise FieldError(
+            "residual_dropout",
+            f"the {spec.family.value} implementation has attention dropout only; "
+            "embedding_dropout and residual_dropout must be 0",
+        )
