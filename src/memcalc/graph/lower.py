@@ -215,9 +215,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
             )
             for sliding in sorted(spans)
         )
-    elif setup.attention is Attention.sdpa and any(
-        sliding_mask(spec, dims.s, t) for t in present
-    ):
+    elif setup.attention is Attention.sdpa and any(sliding_mask(spec, dims.s, t) for t in present):
         # SDPA sliding layers get HF's boolean mask: (s, s) expanded to (b, 1, s, s)
         # (sdpa_mask), passed to every sliding layer by keyword and saved by none (SDPA saves
         # its own additive copy), so a checkpoint's closure keeps it. Full layers get None.
