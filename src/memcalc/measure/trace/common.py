@@ -42,8 +42,9 @@ class Trace:
     """Wall time of build + forward + backward under FakeTensorMode."""
     tied: bool
     """No separate output projection: the LM head is the embedding (or there is none)."""
-    unattributed_bytes: int = 0
-    """Saved bytes that no node reachable from the loss claims (kept, in a catch-all op)."""
+    dead_branch_bytes: int = 0
+    """Saved bytes that no node reachable from the loss claims: dead branches, freed before
+    backward, left out of the graph."""
     notes: tuple[str, ...] = ()
 
     @property

@@ -77,6 +77,33 @@ def unpacked_sequences() -> Iterator[None]:
         masking.find_packed_sequence_indices = packed  # type: ignore[union-attr]
 
 
+@contextlib.contextmanager
+def grouped_mm_in_any_dtype() -> Iterator[None]:
+    """MoE experts in fp32 (and under autocast, whose fp32 weights make ``_grouped_mm`` run in
+    fp32): the fake kernel of ``aten._grouped_mm`` encodes the CUDA rule and refuses anything
+    but bf16 ("Expected inputs of BF16 type"), though the real CPU kernel accepts fp32. HF's
+    ``transformers.integrations.moe._grouped_mm`` then has its own route, the custom op
+    ``transformers::grouped_mm_fallback``, with a registered fake and an autograd that saves
+    the input and the weight (as ``GroupedMmBackward0`` does; the offsets it keeps in
+    ``ctx.offs`` are noted as saved by ``OpRecorder``). So, while tracing and only for weights
+    that are not bf16, ``_can_use_grouped_mm`` answers False. bf16 keeps the real op. Enter
+    after the model is built (that is when transformers' moe module has been imported)."""
+    moe = sys.modules.get("transformers.integrations.moe")
+    can_use = getattr(moe, "_can_use_grouped_mm", None)
+    if can_use is None:
+        yield
+        return
+
+    def bf16_only(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> bool:
+        return weight.dtype == torch.bfloat16 and bool(can_use(input, weight, offs))
+
+    moe._can_use_grouped_mm = bf16_only  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        moe._can_use_grouped_mm = can_use  # type: ignore[union-attr]
+
+
 def cast_floating(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """``model.to(dtype)`` for fake parameters (``Module.to`` swaps tensors, which fake
     parameters refuse): floating parameters and buffers become ``dtype``, tied ones stay tied."""
