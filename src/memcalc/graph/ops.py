@@ -54,10 +54,17 @@ class ParamTensor:
     shape: tuple[int, ...]
     component: str
     """One of memcalc.params.COMPONENTS: embedding, attention, mlp, norms, head."""
+    active_numel: int | None = None
+    """Elements one token uses when fewer than all (routed experts' weights: top_k of the E
+    experts stacked along dim 0); None: all of them."""
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def active(self) -> int:
+        return self.numel if self.active_numel is None else self.active_numel
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ TORCH_TO_DTYPE = {
     torch.bfloat16: DType.bf16,
     torch.float16: DType.fp16,
     torch.int64: DType.int64,
+    torch.int32: DType.int32,
     torch.int8: DType.int8,
     torch.bool: DType.bool,
     torch.float8_e4m3fn: DType.fp8,
