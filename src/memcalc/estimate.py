@@ -14,7 +14,7 @@ from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
-from memcalc.spec.training import TrainingSetup
+from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.strategies.offload import DEFAULT_NVME_BYTES_PER_S, Offload, OffloadWhat, Traffic
 from memcalc.strategies.recompute import ActivationPlan, Recompute, plan_for
 from memcalc.strategies.sharding import Sharding
@@ -158,7 +158,40 @@ def estimate(
     tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
     vocab = graph.logits.numel // setup.tokens if graph.logits else spec.vocab_size
     counts = graph_param_counts(graph, lm_head_numel=vocab * spec.hidden_size)
-    return estimate_graph(spec.name, graph, counts, setup, gpu, options, notes=(tied,))
+    notes = (tied, *_architecture_notes(spec, setup))
+    return estimate_graph(spec.name, graph, counts, setup, gpu, options, notes=notes)
+
+
+def _architecture_notes(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
+    """Assumptions the MoE and MLA lowerings make (see graph/blocks/moe.py, mla.py)."""
+    out = []
+    moe = spec.moe
+    if moe is not None and spec.moe_layers:
+        capacity = setup.capacity_factor
+        if capacity is None:
+            capacity = moe.capacity_factor
+        routing = (
+            f"capacity factor {capacity:g}: every expert's buffer ceil(t*k/E x {capacity:g}) rows "
+            "(Megatron-core; HF has no capacity routing)"
+            if capacity is not None
+            else "dropless routing (HF grouped_mm experts): t*k rows through the experts"
+        )
+        out.append(
+            f"MoE: {moe.top_k} of {moe.num_experts} experts per token, {routing}; "
+            f"{spec.moe_layers} MoE layers"
+        )
+        if capacity is None:
+            out.append(
+                f"MoE load imbalance {setup.moe_imbalance:g}x on the busiest expert: no effect "
+                "with every expert on this GPU (expert parallelism would scale its share)"
+            )
+    if spec.mla is not None and setup.attention is not Attention.eager:
+        out.append(
+            "MLA attention (q/k head dim != v head dim): a fused CUDA kernel (mem-efficient) "
+            "saving q, k, v, out and logsumexp; CPU SDPA would run the fp32 math kernel and "
+            "keep the s x s scores"
+        )
+    return out
 
 
 def estimate_graph(

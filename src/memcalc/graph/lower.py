@@ -15,6 +15,7 @@ from memcalc.errors import MemcalcError
 from memcalc.graph.blocks.block import decoder_block
 from memcalc.graph.blocks.embedding import embeddings, rotary_tables
 from memcalc.graph.blocks.head import head_and_loss
+from memcalc.graph.blocks.moe import aux_loss
 from memcalc.graph.layout import Layout
 from memcalc.graph.ops import Block, Component, OpGraph, Saved
 from memcalc.graph.scope import Dims, Scope
@@ -34,6 +35,10 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
     p = setup.activation_dtype
     r = DType.fp32 if setup.precision.is_amp else p
     t = setup.tp
+    moe = spec.moe
+    capacity = setup.capacity_factor
+    if moe is not None and capacity is None:
+        capacity = moe.capacity_factor
     return Dims(
         b=setup.batch,
         s=setup.seq,
@@ -51,6 +56,12 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         pow_in_fp32=setup.precision.is_amp and device == "cuda",
         tp=t,
         sp=setup.sp,
+        experts=moe.num_experts if moe else 0,
+        expert_m=_split(moe.expert_size, t, "moe_intermediate_size") if moe else 0,
+        shared_m=_split(moe.shared_size, t, "shared expert width") if moe else 0,
+        moe_imbalance=setup.moe_imbalance,
+        capacity_factor=capacity,
+        cpu=device == "cpu",
     )
 
 
@@ -94,7 +105,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     pro = Scope()
     embeddings(pro, spec, impl, dims)
     if spec.positions is Positions.rotary:
-        rotary_tables(pro, spec, dims)
+        rotary_tables(pro, spec, dims, complex_table=impl.complex_rotary)
     if shared:
         pro.add(
             "shared block inputs",
@@ -126,4 +137,6 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
 
     epi = _scope(setup)
     logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)
+    if spec.moe is not None and spec.moe.aux_loss and spec.moe_layers:
+        transient += aux_loss(epi, spec, impl, dims)
     return OpGraph(tuple(pro.ops), tuple(kinds), layout, tuple(epi.ops), extra, logits, transient)

@@ -49,10 +49,23 @@ def embeddings(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims) -> 
     return dropout(sc, names["embed_dropout"], EMB, x, spec.embedding_dropout)
 
 
-def rotary_tables(sc: Scope, spec: ModelSpec, dims: Dims, pairs: int = 1) -> None:
+def rotary_tables(
+    sc: Scope, spec: ModelSpec, dims: Dims, pairs: int = 1, *, complex_table: bool = False
+) -> None:
     """cos and sin (1 x s x rotary dims, stream dtype), made once by the model's rotary module
     and saved by the q/k ``mul`` of every layer: counted once, here. ``pairs`` tables when
-    layer types rotate differently (Gemma 3: local and global)."""
+    layer types rotate differently (Gemma 3: local and global). ``complex_table``: one
+    complex64 ``freqs_cis`` (1 x s x rotary dims / 2: 8 bytes an element) instead, whatever
+    the dtype (DeepSeek-V2 ``DeepseekV2RotaryEmbedding``)."""
+    if complex_table:
+        sc.add(
+            "rotary_embedding",
+            Component.attention,
+            [Saved("rope.freqs_cis", dims.s * spec.rotary_dim, DType.fp32)],  # 2 fp32 each
+            0,
+            "RotaryEmbedding: complex64 freqs_cis saved by the q/k muls of every layer",
+        )
+        return
     saves = []
     for i in range(pairs):
         suffix = f".{i}" if pairs > 1 else ""

@@ -37,7 +37,14 @@ def layer_norm(
 
 
 def rms_norm(
-    sc: Scope, prefix: str, x: Saved, rows: int, width: int, variant: Norm = Norm.rms_norm
+    sc: Scope,
+    prefix: str,
+    x: Saved,
+    rows: int,
+    width: int,
+    variant: Norm = Norm.rms_norm,
+    *,
+    view_of: Saved | None = None,
 ) -> Saved:
     """RMSNorm over the last ``width`` features of ``x`` (``rows`` of them), as HF writes it.
 
@@ -50,9 +57,12 @@ def rms_norm(
       in fp32 and saves y (fp32) for the weight gradient.
     - ``rms_norm_unit_offset`` (Gemma2RMSNorm): ``y * (1.0 + weight.float())`` saves y (fp32)
       and the fp32 ``1 + w`` vector (width elements, once per norm call, whatever the tokens).
+
+    ``view_of``: the storage ``x`` is a slice of (MLA's ``kv_a_layernorm`` on part of one
+    projection): an fp32 x is that storage, which pow saves whole; a copy is x's size.
     """
     numel = x.numel
-    x32 = x if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", numel, DType.fp32)
+    x32 = (view_of or x) if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", numel, DType.fp32)
     rstd = Saved(f"{prefix}.rstd", rows, DType.fp32)
     g32 = 2 * numel * 4  # fp32 gradient in and out
     weight = (ParamTensor(f"{prefix}.weight", (width,), "norms"),)
