@@ -75,6 +75,9 @@ def _context(b: Breakdown) -> dict[str, Any]:
         "model": b.model_name,
         "parameter_count": b.params.total,
         "parameter_count_by_component": b.params.as_dict(),
+        **(
+            {"active_parameter_count": b.params.active} if b.params.active != b.params.total else {}
+        ),
         "gpu": b.gpu.name,
         "gpu_memory_bytes": b.gpu.memory_bytes,
         "batch": s.batch,
