@@ -162,9 +162,10 @@ def _math(sc: Scope, dims: Dims, core: _Core, dropout_p: float) -> tuple[Saved, 
     """``aten::_scaled_dot_product_attention_math`` -- what CPU SDPA runs when q/k and v head
     dims differ -- computes in fp32 whatever the inputs: ``q.float() * sqrt(scale)`` and
     ``k.float().transpose * sqrt(scale)`` (new fp32 tensors the QK bmm saves), ``_safe_softmax``
-    (saves its fp32 result, the s x s scores), the PV bmm (saves the probabilities and an fp32
-    contiguous v), then ``.to(dtype)`` and HF's ``transpose(1, 2).contiguous()``. A GPU runs a
-    fused kernel instead (``_fused``)."""
+    (saves its fp32 result, the s x s scores), dropout (CPU ``at::dropout``: a multiply by fp32
+    noise, which it saves), the PV bmm (saves the probabilities and an fp32 contiguous v), then
+    ``.to(dtype)`` and HF's ``transpose(1, 2).contiguous()``. A GPU runs a fused kernel instead
+    (``_fused``). Still one SDPA call: selective recompute has no core to drop here."""
     b, s, a, T = dims.b, dims.s, core.a, core.T
     scores = b * a * s * s
     q_s = Saved("attn.q_scaled", T * a * core.qk, DType.fp32)
@@ -175,12 +176,21 @@ def _math(sc: Scope, dims: Dims, core: _Core, dropout_p: float) -> tuple[Saved, 
         [q_s, k_s],
         matmul_flops(b * a * s, core.qk, s),
         "aten.bmm (math SDPA, fp32): saves the scaled q and k",
-        core=True,
         grads=scores * 4 + 2 * T * a * core.qk * 4,
     )
     probs = Saved("attn.softmax", scores, DType.fp32)
-    sc.add("attn.softmax", ATTN, [probs], 5 * scores, "aten._safe_softmax: saves result", True)
-    probs = dropout(sc, "attn.attn_dropout", ATTN, probs, dropout_p, core=True)
+    sc.add("attn.softmax", ATTN, [probs], 5 * scores, "aten._safe_softmax: saves result")
+    if dropout_p > 0:
+        # at::dropout on CPU: input * bernoulli noise / (1 - p), the mul saves the fp32 noise
+        sc.add(
+            "attn.attn_dropout",
+            ATTN,
+            [Saved("attn.dropout_noise", scores, DType.fp32)],
+            2 * scores,
+            "aten.mul(attn, noise) (CPU at::dropout): saves the fp32 noise",
+            grads=2 * scores * 4,
+        )
+        probs = Saved("attn.dropped", scores, DType.fp32)
     # v.float() of the strided slice is a contiguous copy; an fp32 v is the slice itself,
     # which bmm's reshape copies -- unless b == 1, when it is a view of the projection
     v = Saved("attn.v_fp32", T * a * core.dv, DType.fp32)
@@ -192,10 +202,9 @@ def _math(sc: Scope, dims: Dims, core: _Core, dropout_p: float) -> tuple[Saved, 
         [probs, v],
         matmul_flops(b * a * s, s, core.dv),
         "aten.bmm (math SDPA, fp32): saves probs and an fp32 v",
-        core=True,
         grads=scores * 4 + 2 * T * a * core.dv * 4,
     )
-    return tensor("attn.merged", T, a * core.dv, dims.p), (q_s, k_s, core.value)
+    return tensor("attn.merged", T, a * core.dv, dims.p), ()
 
 
 def _fused(sc: Scope, dims: Dims, core: _Core) -> Saved:

@@ -132,15 +132,21 @@ def _from_parameter(node: Any) -> bool:
     return False
 
 
-def _core_region(nodes: list[_Node], n: int) -> set[int]:
+def _core_region(
+    nodes: list[_Node], n: int, fused: list[tuple[int, int]] | None = None
+) -> set[int]:
     """ids of the nodes a checkpoint around each block's attention core would replay.
 
     The attention matmuls are the matmuls of two activations (every other matmul of a block
     has a weight operand): QK^T and AV. The core is both of them and every node on a path
     between them (scale, mask add, softmax, casts, dropout), plus the data-movement nodes that
     feed only the core (repeat_kv's expand + copy of k and v, matmul's reshape of q). A fused
-    kernel (SDPA, flash) has no such matmuls: nothing to drop, as in lower.py.
+    kernel (SDPA, flash) has no such matmuls: nothing to drop, as in lower.py -- nor has SDPA
+    when the CPU runs it as a math composite of matmuls (MLA's q/k and v head dims differ): the
+    nodes an SDPA call made (``fused``: sequence-number spans) are never a core, as selective
+    recompute (``measure``) never checkpoints SDPA.
     """
+    spans = fused or []
     by_id = {id(x.node): x for x in nodes}
     consumers: dict[int, list[int]] = {}
     for x in nodes:
@@ -154,6 +160,7 @@ def _core_region(nodes: list[_Node], n: int) -> set[int]:
             id(x.node)
             for x in inside
             if x.kind in MATMULS
+            and not any(a <= x.seq < b for a, b in spans)
             and all(p is not None and not _from_parameter(p) for p, _ in x.node.next_functions)
         }
         if not matmuls:
@@ -208,6 +215,7 @@ def build_graph(
     logits: torch.Tensor | None,
     batch: int,
     seq: int,
+    fused: list[tuple[int, int]] | None = None,
 ) -> Built:
     """The OpGraph of the recorded forward.
 
@@ -236,7 +244,7 @@ def build_graph(
             owner[key] = PROLOGUE
     dead = sum(rec.storages[key].nbytes for key in rec.saved if key not in owner)
 
-    region = _core_region(nodes, n)
+    region = _core_region(nodes, n, fused)
     flops: dict[int, int] = {}
     for s, f in rec.flops:
         flops[s] = flops.get(s, 0) + f

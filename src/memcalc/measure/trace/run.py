@@ -27,6 +27,7 @@ from memcalc.measure.trace.capture import (
 )
 from memcalc.measure.trace.common import Trace
 from memcalc.measure.trace.fake import (
+    SDPA_SPANS,
     cast_floating,
     gpu_kernels,
     grouped_mm_in_any_dtype,
@@ -79,7 +80,7 @@ def trace_module(
                 with unpacked_sequences(), grouped_mm_in_any_dtype(), OpRecorder(rec), autocast:
                     out = run_forward(model, ids)
                     loss, logits = loss_and_logits(out, ids)
-            built = build_graph(rec, blocks, modules, loss, logits, batch, seq)
+            built = build_graph(rec, blocks, modules, loss, logits, batch, seq, list(SDPA_SPANS))
             loss.backward()
         except MemcalcError:
             raise

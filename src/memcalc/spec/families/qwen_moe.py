@@ -166,7 +166,6 @@ def _moe_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
         model_type,
         "its router is a softmax top-k",
     )
-    kinds = layer_types(spec)
     return attention_to_hf(spec, model_type) | {
         "intermediate_size": spec.mlp_size,
         "num_experts": moe.num_experts,
@@ -174,6 +173,18 @@ def _moe_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
         "moe_intermediate_size": moe.expert_size,
         "norm_topk_prob": moe.norm_topk_prob,
         "output_router_logits": moe.aux_loss,
+        **_sparse_layers(spec),
+    }
+
+
+def _sparse_layers(spec: ModelSpec) -> dict[str, Any]:
+    """decoder_sparse_step and mlp_only_layers for the spec's layers: a step when the MoE
+    layers are every step-th (its own pattern), else step 1 and the dense layers listed."""
+    pattern = [t.is_moe for t in spec.layer_pattern]
+    if not spec.first_layers and pattern == [False] * (len(pattern) - 1) + [True]:
+        return {"decoder_sparse_step": len(pattern), "mlp_only_layers": []}
+    kinds = layer_types(spec)
+    return {
         "decoder_sparse_step": 1,
         "mlp_only_layers": [i for i, t in enumerate(kinds) if not t.is_moe],
     }
