@@ -1,7 +1,9 @@
 """Estimate vs measured (CPU, exact byte counts) for a grid of small GPT-2 and Llama configs,
-as a markdown table: the "How accurate is it?" section of the README (docs/accuracy.md).
+and one small config per MoE family (tests/data/hf/tiny: Mixtral, Qwen2-MoE, Qwen3-MoE,
+DeepSeek-V2/V3 with MLA), as a markdown table: the "How accurate is it?" section of the README
+(docs/accuracy.md).
 
-    PYTHONPATH=src python benchmarks/accuracy.py [--device cpu|cuda]
+    PYTHONPATH=src python benchmarks/accuracy.py [--device cpu|cuda] [--moe]
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from memcalc.measure.build import Impl
 from memcalc.measure.compare import compare, estimate_for
 from memcalc.measure.runner import measure
 from memcalc.profiles import load_profile
+from memcalc.spec.loaders import load_model
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.presets import preset
 from memcalc.spec.training import TrainingSetup
@@ -57,7 +60,7 @@ CASES = [
 def _wide(name: str, base: str, layers: int = 2) -> ModelSpec:
     """A preset's real widths (hidden, heads, kv heads, MLP, vocabulary) with fewer blocks, so
     that 7B-shaped layers at real sequence lengths run on a CPU."""
-    return preset(base).model_copy(update={"name": name, "num_layers": layers})
+    return preset(base).replace(name=name, num_layers=layers)
 
 
 WIDE_CASES = [
@@ -106,6 +109,23 @@ WIDE_CASES = [
 ]
 
 
+def _tiny(family: str) -> ModelSpec:
+    """The tiny config of an MoE family (E = 4 experts, k = 2, h = 64)."""
+    return load_model(f"tests/data/hf/tiny/{family}.json").replace(name=f"{family}-tiny")
+
+
+MOE_CASES = [
+    # (spec, impl, precision, attention, dropout, recompute): HF's grouped_mm experts on CPU
+    case
+    for family in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+    for case in (
+        (_tiny(family), Impl.hf, "bf16", "sdpa", 0.0, Recompute.none),
+        (_tiny(family), Impl.hf, "fp32", "eager", 0.0, Recompute.full),
+        (_tiny(family), Impl.hf, "amp-bf16", "eager", 0.0, Recompute.selective),
+    )
+]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -114,8 +134,10 @@ def main() -> None:
     ap.add_argument(
         "--wide", action="store_true", help="7B-width layers at real sequence lengths (minutes)"
     )
+    ap.add_argument("--moe", action="store_true", help="the MoE families' tiny configs")
     args = ap.parse_args()
-    cases = WIDE_CASES if args.wide else [(*c, args.batch, args.seq) for c in CASES]
+    grid = MOE_CASES if args.moe else CASES
+    cases = WIDE_CASES if args.wide else [(*c, args.batch, args.seq) for c in grid]
     gpu = load_profile("h100-sxm-80gb")
     cols = ["parameters", "gradients", "optimizer states", "stored activations", "peak of the step"]
     print(f"| model | impl | precision | attention | dropout | recompute | {' | '.join(cols)} |")

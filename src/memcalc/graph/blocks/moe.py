@@ -97,7 +97,8 @@ def moe_mlp(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims, x: Sav
             "aten.mul.Tensor(sigmoid, shared): saves self and other",
             grads=3 * shared.nbytes,
         )
-    sc.add(f"{names['experts']}.add_shared", MLP, [], T * h, "aten.add: saves nothing")
+    if shared is not None:
+        sc.add(f"{names['experts']}.add_shared", MLP, [], T * h, "aten.add: saves nothing")
     return tensor("mlp.moe_out", dims.T_rep, h, p)
 
 

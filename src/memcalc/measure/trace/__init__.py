@@ -24,7 +24,8 @@ precision recipe, put in training mode and run forward on int64 token ids of sha
   every other matmul has a weight operand), every node between them, and the copies and views
   that feed only them (repeat_kv). Its inputs, read from outside, are the core inputs (q, k, v
   before any expansion). Found by structure, not by an (S, S) shape, which q, k and v also have
-  when head_dim == S. A fused SDPA/flash kernel has no core to drop.
+  when head_dim == S. A fused SDPA/flash kernel has no core to drop, nor has an SDPA call
+  that the CPU runs as a math composite of matmuls (MLA).
 * dead branches: a storage saved only by nodes from which the loss cannot be reached (the
   values of a top-k whose indices alone are used: DeepSeek-V3's group top-k, the MoE aux loss's
   top-k) is freed before backward; it is left out and its bytes noted (``dead_branch_bytes``).
