@@ -1,8 +1,9 @@
-"""Estimate vs measured (CPU, exact byte counts) for a grid of small GPT-2 and Llama configs and
-one small config of each dense HF family of issue 8 (tests/data/hf/tiny), as a markdown table:
-the "How accurate is it?" section of the README (docs/accuracy.md).
+"""Estimate vs measured (CPU, exact byte counts) for a grid of small GPT-2 and Llama configs,
+one small config of each dense HF family of issue 8 (--families) and one per MoE family
+(--moe: Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 with MLA; tests/data/hf/tiny), as a
+markdown table: the "How accurate is it?" section of the README (docs/accuracy.md).
 
-    PYTHONPATH=src python benchmarks/accuracy.py [--device cpu|cuda] [--families]
+    PYTHONPATH=src python benchmarks/accuracy.py [--device cpu|cuda] [--families | --moe]
 """
 
 from __future__ import annotations
@@ -131,6 +132,23 @@ WIDE_CASES = [
 ]
 
 
+def _tiny(family: str) -> ModelSpec:
+    """The tiny config of an MoE family (E = 4 experts, k = 2, h = 64)."""
+    return load_model(f"tests/data/hf/tiny/{family}.json").replace(name=f"{family}-tiny")
+
+
+MOE_CASES = [
+    # (spec, impl, precision, attention, dropout, recompute): HF's grouped_mm experts on CPU
+    case
+    for family in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+    for case in (
+        (_tiny(family), Impl.hf, "bf16", "sdpa", 0.0, Recompute.none),
+        (_tiny(family), Impl.hf, "fp32", "eager", 0.0, Recompute.full),
+        (_tiny(family), Impl.hf, "amp-bf16", "eager", 0.0, Recompute.selective),
+    )
+]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -142,8 +160,9 @@ def main() -> None:
     ap.add_argument(
         "--families", action="store_true", help="one tiny config per dense HF family instead"
     )
+    ap.add_argument("--moe", action="store_true", help="the MoE families' tiny configs")
     args = ap.parse_args()
-    grid = FAMILY_CASES if args.families else CASES
+    grid = FAMILY_CASES if args.families else MOE_CASES if args.moe else CASES
     cases = WIDE_CASES if args.wide else [(*c, args.batch, args.seq) for c in grid]
     gpu = load_profile("h100-sxm-80gb")
     cols = ["parameters", "gradients", "optimizer states", "stored activations", "peak of the step"]

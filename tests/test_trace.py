@@ -86,7 +86,7 @@ def test_traced_graph_equals_the_lowering(impl, spec, attention, precision, drop
     want = lower(spec, setup, device="cpu")
     trace = trace_spec(spec, setup, impl)
     got = trace.graph
-    assert trace.unattributed_bytes == 0
+    assert trace.dead_branch_bytes == 0
     assert got.num_layers == want.num_layers == spec.num_layers
     assert got.prologue_saved_bytes == want.prologue_saved_bytes
     assert got.epilogue_saved_bytes == want.epilogue_saved_bytes

@@ -14,7 +14,7 @@ from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
-from memcalc.spec.training import TrainingSetup
+from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.steptime import StepTime, step_time
 from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
 from memcalc.strategies.offload import Offload, OffloadWhat
@@ -231,7 +231,7 @@ def estimate(
     tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
     par = setup.parallel
     stages = pipeline_stages(graph, par, tied=spec.tie_embeddings)
-    notes: tuple[str, ...] = (tied,)
+    notes: tuple[str, ...] = (tied, *_architecture_notes(spec, setup))
     if par.pp > 1:
         split = ", ".join(str(st.layers) for st in stages)
         notes += (
@@ -277,6 +277,38 @@ def stage_param_counts(
     return graph_param_counts(
         stage.graph, lm_head_numel=vocab * spec.hidden_size if stage.is_last else 0
     )
+
+
+def _architecture_notes(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
+    """Assumptions the MoE and MLA lowerings make (see graph/blocks/moe.py, mla.py)."""
+    out = []
+    moe = spec.moe
+    if moe is not None and spec.moe_layers:
+        capacity = setup.capacity_factor
+        if capacity is None:
+            capacity = moe.capacity_factor
+        routing = (
+            f"capacity factor {capacity:g}: every expert's buffer ceil(t*k/E x {capacity:g}) rows "
+            "(Megatron-core; HF has no capacity routing)"
+            if capacity is not None
+            else "dropless routing (HF grouped_mm experts): t*k rows through the experts"
+        )
+        out.append(
+            f"MoE: {moe.top_k} of {moe.num_experts} experts per token, {routing}; "
+            f"{spec.moe_layers} MoE layers"
+        )
+        if capacity is None:
+            out.append(
+                f"MoE load imbalance {setup.moe_imbalance:g}x on the busiest expert: no effect "
+                "with every expert on this GPU (expert parallelism would scale its share)"
+            )
+    if spec.mla is not None and setup.attention is not Attention.eager:
+        out.append(
+            "MLA attention (q/k head dim != v head dim): a fused CUDA kernel (mem-efficient) "
+            "saving q, k, v, out and logsumexp; CPU SDPA would run the fp32 math kernel and "
+            "keep the s x s scores"
+        )
+    return out
 
 
 def estimate_graph(

@@ -54,6 +54,9 @@ class ParamCounts:
     """Adafactor's factored second moment: rows + columns per matrix, numel per vector."""
     small_tensor_numel: int
     """Elements in tensors under BNB_MIN_NUMEL (8-bit optimizers keep them in 32 bit)."""
+    active: int
+    """Parameters one token uses: all but the routed experts, plus top_k of the E routed
+    experts of each MoE layer (Fedus et al. 2022); the total for a dense model."""
     trainable_numel: int = -1
     """Elements with a gradient (-1: all of them)."""
     fixed_numel: int = 0
@@ -164,6 +167,7 @@ class ParamCounts:
                 lm_head_numel=lm_head_numel,
                 final_norm=final_norm,
             ),
+            active=sum(n * t.active for items, n in groups for t in items),
         )
 
 

@@ -125,6 +125,9 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         args = typing.get_args(hint)
         if value is None and type(None) in args:
             return None
+        present = [arg for arg in args if arg is not type(None)]
+        if len(present) == 1:  # Optional[X]: X's own error, with its field path (moe.top_k)
+            return _coerce(name, value, present[0])
         errors = []
         for arg in args:
             if arg is type(None):

@@ -16,6 +16,7 @@ from memcalc.graph.blocks.attention import sliding_mask
 from memcalc.graph.blocks.block import decoder_block
 from memcalc.graph.blocks.embedding import embeddings, rotary_tables
 from memcalc.graph.blocks.head import head_and_loss
+from memcalc.graph.blocks.moe import aux_loss
 from memcalc.graph.layout import Layout
 from memcalc.graph.ops import Block, Component, OpGraph, Saved
 from memcalc.graph.scope import Dims, FineTune, Scope
@@ -71,6 +72,10 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         p = DType.fp32
     r = DType.fp32 if setup.precision.is_amp else p
     t = setup.parallel.tp
+    moe = spec.moe
+    capacity = setup.capacity_factor
+    if moe is not None and capacity is None:
+        capacity = moe.capacity_factor
     return Dims(
         b=setup.batch,
         s=setup.seq // setup.parallel.cp,
@@ -88,6 +93,12 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         pow_in_fp32=setup.precision.is_amp and device == "cuda",
         tp=t,
         sp=setup.parallel.sequence_parallel,
+        experts=moe.num_experts if moe else 0,
+        expert_m=_split(moe.expert_size, t, "moe_intermediate_size") if moe else 0,
+        shared_m=_split(moe.shared_size, t, "shared expert width") if moe else 0,
+        moe_imbalance=setup.moe_imbalance,
+        capacity_factor=capacity,
+        cpu=device == "cpu",
     )
 
 
@@ -190,7 +201,9 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     if spec.positions is Positions.rotary:
         spans = {t.is_sliding for t in present} if impl.rotary_per_span else {False}
         table = DType.fp32 if impl.rotary_tables_fp32 else dims.r
-        rotary_tables(pro, spec, dims, pairs=len(spans), dtype=table)
+        rotary_tables(
+            pro, spec, dims, pairs=len(spans), dtype=table, complex_table=impl.complex_rotary
+        )
     if shared:
         pro.add(
             "shared block inputs",
@@ -229,4 +242,6 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
 
     epi = _scope(setup, ft)
     logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)
+    if spec.moe is not None and spec.moe.aux_loss and spec.moe_layers:
+        transient += aux_loss(epi, spec, impl, dims)
     return OpGraph(tuple(pro.ops), tuple(kinds), layout, tuple(epi.ops), extra, logits, transient)

@@ -64,6 +64,9 @@ class ParamTensor:
     upcast by PEFT's k-bit preparation)."""
     quant: str | None = None
     """Quantized storage (a ``Quantize`` value) of a frozen base linear weight."""
+    active_numel: int | None = None
+    """Elements one token uses when fewer than all (routed experts' weights: top_k of the E
+    experts stacked along dim 0); None: all of them."""
 
     @property
     def numel(self) -> int:
@@ -82,6 +85,10 @@ class ParamTensor:
         if not self.trainable:
             return 0
         return self.numel * (self.dtype.itemsize if self.dtype else grad_itemsize)
+
+    @property
+    def active(self) -> int:
+        return self.numel if self.active_numel is None else self.active_numel
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,18 @@ class Dims:
     sp: bool = False
     """Sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2): outside the column -> row
     regions (norms, dropout, the residual stream) each rank holds T / tp tokens."""
+    experts: int = 0
+    """Routed experts whose weights this rank holds (all E; expert parallelism divides them)."""
+    expert_m: int = 0
+    """One routed expert's MLP width on this rank (moe_intermediate_size / tp)."""
+    shared_m: int = 0
+    """The shared experts' MLP width on this rank."""
+    moe_imbalance: float = 1.0
+    """Busiest expert's tokens over its fair share (``TrainingSetup.moe_imbalance``)."""
+    capacity_factor: float | None = None
+    """Expert capacity over the fair share; None: dropless routing."""
+    cpu: bool = False
+    """Lowered for CPU kernels where they save differently (comparisons with CPU runs)."""
 
     @property
     def T(self) -> int:  # noqa: N802 -- T is the paper's name for tokens

@@ -3,10 +3,13 @@
 Two instruments, both deduplicating by untyped storage (views of one buffer count once):
 
 * ``SavedTensorRecorder`` -- ``torch.autograd.graph.saved_tensors_hooks``: every tensor autograd
-  saves for backward during the forward. Parameter storages are excluded (they are counted as
-  parameters). Under ``torch.utils.checkpoint(use_reentrant=False)`` it sees what the checkpoint
-  holds (its ``_NoopSaveInputs`` saves the block's positional tensor inputs through the outer
-  hooks) and not what the checkpointed region saves (the checkpoint's own inner hooks take it).
+  saves for backward during the forward and still holds when the forward ends. Parameter storages
+  are excluded (they are counted as parameters); a storage freed while recording (saved by a dead
+  branch of the graph -- the values of a top-k whose indices alone are used -- whose node dies when
+  the forward drops it) is forgotten, so its address may be counted again for whatever reuses it.
+  Under ``torch.utils.checkpoint(use_reentrant=False)`` it sees what the checkpoint holds (its
+  ``_NoopSaveInputs`` saves the block's positional tensor inputs through the outer hooks) and not
+  what the checkpointed region saves (the checkpoint's own inner hooks take it).
 * ``LiveMemoryTracker`` -- a ``TorchDispatchMode`` that registers every storage an op creates and
   forgets it when the storage is freed (``weakref.finalize``), so it knows the live bytes after
   every op and the peak, with the phase and the op that set it.
@@ -14,8 +17,10 @@ Two instruments, both deduplicating by untyped storage (views of one buffer coun
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +51,10 @@ class SavedTensorRecorder:
     scope_by_key: dict[int, str] = field(default_factory=dict)
     scope: str = "<root>"
     """Set by the caller (e.g. a module pre-hook) to attribute storages to a block."""
+    recording: bool = False
+    """Inside ``hooks()``: a storage freed now was not held until backward."""
+    freed_bytes: int = 0
+    """Bytes saved and freed again while recording (dead branches)."""
 
     @classmethod
     def for_module(cls, module: torch.nn.Module) -> SavedTensorRecorder:
@@ -59,10 +68,24 @@ class SavedTensorRecorder:
             self.bytes_by_key[key] = t.untyped_storage().nbytes()
             self.dtype_by_key[key] = _dtype_name(t.dtype)
             self.scope_by_key[key] = self.scope
+            weakref.finalize(t.untyped_storage(), self._freed, key)
         return t
 
-    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+    def _freed(self, key: int) -> None:
+        if self.recording and key in self.bytes_by_key:
+            self.freed_bytes += self.bytes_by_key.pop(key)
+            self.dtype_by_key.pop(key)
+            self.scope_by_key.pop(key)
+
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator[None]:
+        """Record what the forward inside saves (and still holds at the exit)."""
+        self.recording = True
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+                yield
+        finally:
+            self.recording = False
 
     @property
     def total_bytes(self) -> int:

@@ -120,6 +120,9 @@ def context_record(b: Breakdown) -> dict[str, Any]:
         "schema_version": JSON_SCHEMA_VERSION,
         "model": b.model_name,
         "parameter_count": b.params.total,
+        **(
+            {"active_parameter_count": b.params.active} if b.params.active != b.params.total else {}
+        ),
         "trainable_parameter_count": b.params.trainable,
         "frozen_parameter_count": b.params.frozen,
         "parameter_count_by_component": b.params.as_dict(),

@@ -170,7 +170,9 @@ class Router(str, Enum):
 
 @dataclass(frozen=True)
 class MoeSpec:
-    """A mixture-of-experts MLP (Shazeer et al. 2017; Fedus et al. 2022)."""
+    """A mixture-of-experts MLP (Shazeer et al. 2017; Fedus et al. 2022): a router picks
+    ``top_k`` of ``num_experts`` gated MLPs of width ``expert_size`` for every token; shared
+    experts (DeepSeekMoE, Dai et al. 2024; Qwen-MoE) run on every token besides."""
 
     num_experts: int = spec_field("Routed experts E.", ge=1, le=MAX_EXPERTS)
     top_k: int = spec_field("Experts each token is sent to.", ge=1, le=MAX_EXPERTS)
@@ -192,6 +194,36 @@ class MoeSpec:
         "The router casts its input and weight to fp32 (DeepSeek).", default=False
     )
     norm_topk_prob: bool = spec_field("Top-k weights renormalised to sum to 1.", default=True)
+    group_limited: bool = spec_field(
+        "Top-k only among the experts of the topk_groups best of groups expert groups "
+        "(DeepSeek-V2 group_limited_greedy; DeepSeek-V3's sigmoid router always does it).",
+        default=False,
+    )
+    groups: int = spec_field(
+        "Expert groups of group-limited routing (DeepSeek n_group).",
+        default=1,
+        ge=1,
+        le=MAX_EXPERTS,
+    )
+    topk_groups: int = spec_field(
+        "Groups a token's experts may come from (DeepSeek topk_group).",
+        default=1,
+        ge=1,
+        le=MAX_EXPERTS,
+    )
+    routed_scaling: float = spec_field(
+        "Routed weights are multiplied by this (routed_scaling_factor; saves nothing).",
+        default=1.0,
+        gt=0,
+        le=1e3,
+    )
+    router_jitter: float = spec_field(
+        "Multiplicative uniform noise on the router input in training (Mixtral "
+        "router_jitter_noise; the noise is saved).",
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+    )
     aux_loss: bool = spec_field(
         "Router logits of every MoE layer kept for the load-balancing loss "
         "(HF output_router_logits).",
@@ -212,6 +244,29 @@ class MoeSpec:
             raise FieldError(
                 "top_k", f"must be at most num_experts ({self.num_experts}), got {self.top_k}"
             )
+        if self.num_experts % self.groups:
+            raise FieldError(
+                "groups", f"must divide num_experts ({self.num_experts}), got {self.groups}"
+            )
+        if self.topk_groups > self.groups:
+            raise FieldError(
+                "topk_groups", f"must be at most groups ({self.groups}), got {self.topk_groups}"
+            )
+        per_group = self.num_experts // self.groups
+        if self.group_limited and self.top_k > self.topk_groups * per_group:
+            raise FieldError(
+                "top_k",
+                f"must be at most topk_groups x experts per group "
+                f"({self.topk_groups} x {per_group}), got {self.top_k}",
+            )
+        if self.router is Router.sigmoid and (not self.group_limited or per_group < 2):
+            raise FieldError(
+                "groups",
+                "the sigmoid router (DeepSeek-V3) ranks groups by their two best experts: "
+                f"group_limited with at least 2 experts per group, got {per_group}",
+            )
+        if self.shared_expert_gate and not self.shared_size:
+            raise FieldError("shared_expert_gate", "needs a shared expert (shared_experts >= 1)")
 
     @property
     def shared_size(self) -> int:
@@ -222,19 +277,30 @@ class MoeSpec:
 
 @dataclass(frozen=True)
 class MlaSpec:
-    """DeepSeek multi-head latent attention (DeepSeek-AI 2024): low-rank q and kv projections,
-    decoupled rotary dims, a value head dim of its own."""
+    """DeepSeek multi-head latent attention (DeepSeek-AI 2024, sec. 2.1): low-rank q and kv
+    projections, decoupled rotary dims, a value head dim of its own."""
 
     kv_lora_rank: int = spec_field("Rank of the compressed key/value projection.", ge=1)
     qk_nope_head_dim: int = spec_field("Per-head query/key dims without rotary.", ge=1)
-    qk_rope_head_dim: int = spec_field("Per-head query/key dims with rotary.", ge=1)
+    qk_rope_head_dim: int = spec_field("Per-head query/key dims with rotary.", ge=2)
     v_head_dim: int = spec_field("Per-head value dims.", ge=1)
     q_lora_rank: int | None = spec_field(
         "Rank of the compressed query projection (None: a plain q_proj).", default=None, ge=1
     )
+    rope_interleave: bool = spec_field(
+        "Rotary on interleaved pairs (DeepSeek-V3 rope_interleave; the same saved bytes as "
+        "rotate_half).",
+        default=True,
+    )
 
     def __post_init__(self) -> None:
         check(self)
+
+    def _check(self) -> None:
+        if self.qk_rope_head_dim % 2:
+            raise FieldError(
+                "qk_rope_head_dim", f"must be even (rotary pairs), got {self.qk_rope_head_dim}"
+            )
 
     @property
     def qk_head_dim(self) -> int:
@@ -434,6 +500,12 @@ class ModelSpec:
             and not all(t.is_moe for t in types)
         ):
             raise FieldError("intermediate_size", "required for a gated MLP")
+        if self.mla is not None and self.kv_heads != self.num_heads:
+            raise FieldError(
+                "num_kv_heads",
+                f"multi-head latent attention expands keys and values to every head: must "
+                f"equal num_heads ({self.num_heads}), got {self.kv_heads}",
+            )
         from memcalc.spec.families import family_of
 
         family_of(self).check(self)
@@ -468,8 +540,20 @@ class ModelSpec:
 
     @property
     def rotary_dim(self) -> int:
-        """Dims of each head that rotary touches (HF: int(d * fraction))."""
+        """Dims of each head that rotary touches (HF: int(d * fraction); MLA: its decoupled
+        rotary dims, qk_rope_head_dim)."""
+        if self.mla is not None:
+            return self.mla.qk_rope_head_dim
         return int(self.head_size * self.rotary_fraction)
+
+    @property
+    def moe_layers(self) -> int:
+        """How many layers are mixture-of-experts layers (without a loop over the layers)."""
+        head = self.first_layers[: self.num_layers]
+        count = sum(t.is_moe for t in head)
+        full, rest = divmod(self.num_layers - len(head), len(self.layer_pattern))
+        pattern = [t.is_moe for t in self.layer_pattern]
+        return count + full * sum(pattern) + sum(pattern[:rest])
 
     @property
     def has_dropout(self) -> bool:

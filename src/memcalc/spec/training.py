@@ -18,6 +18,7 @@ class DType(str, Enum):
     fp16 = "fp16"
     fp8 = "fp8"
     int64 = "int64"
+    int32 = "int32"
     int8 = "int8"
     bool = "bool"
 
@@ -32,6 +33,7 @@ _ITEMSIZE = {
     DType.fp16: 2,
     DType.fp8: 1,
     DType.int64: 8,
+    DType.int32: 4,
     DType.int8: 1,
     DType.bool: 1,
 }
@@ -138,6 +140,14 @@ class Loss(str, Enum):
 MAX_TOKENS = 10**9
 """Most tokens one micro-batch may hold (batch x seq): beyond any real run."""
 
+DEFAULT_MOE_IMBALANCE = 1.25
+"""Tokens the busiest expert receives, as a multiple of the fair share t*k/E. Fedus et al.
+2022 (Switch Transformer, sec. 2.2 and Table 1) train with expert capacity factors of 1.0-1.25
+and find 1.25 drops few tokens, i.e. the busiest expert of a batch gets about 1.25x its share.
+Only a rank that holds some of the experts can receive more than its share (expert
+parallelism); with every expert on one rank, dropless routing computes all t*k rows whatever
+their split."""
+
 
 @dataclass(frozen=True)
 class TrainingSetup:
@@ -191,6 +201,23 @@ class TrainingSetup:
         "The embedding output requires grad (enable_input_require_grads), so the first layer "
         "saves for backward from its first op (default: with kbit_prep).",
         default=None,
+    )
+
+    moe_imbalance: float = spec_field(
+        "MoE load imbalance: tokens the busiest expert receives as a multiple of its fair "
+        "share t*k/E; scales the dispatch buffers and expert activations of a rank that holds "
+        "a subset of the experts (dropless routing).",
+        default=DEFAULT_MOE_IMBALANCE,
+        ge=1.0,
+        le=1024,
+    )
+    capacity_factor: float | None = spec_field(
+        "MoE expert capacity as a multiple of the fair share t*k/E (token-dropping routing, "
+        "Megatron-core get_capacity: every expert's buffer has ceil(t*k/E * factor) rows); "
+        "None: the model's own routing (dropless, as HF).",
+        default=None,
+        gt=0,
+        le=1024,
     )
 
     def __post_init__(self) -> None:

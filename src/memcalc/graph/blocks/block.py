@@ -4,6 +4,7 @@ MLP (dense or mixture-of-experts), dropout on each sublayer's output and the res
 from __future__ import annotations
 
 from memcalc.graph.blocks.attention import self_attention
+from memcalc.graph.blocks.mla import mla_attention
 from memcalc.graph.blocks.mlp import mlp
 from memcalc.graph.blocks.norms import norm
 from memcalc.graph.ops import Block, Component, Saved
@@ -55,19 +56,18 @@ def decoder_block(
             return moe_mlp(sc, spec, impl, dims, t)
         return mlp(sc, spec, impl, dims, t, dims.m)
 
+    attend = mla_attention if spec.mla is not None else self_attention
     placement = spec.norm_placement
     if spec.parallel_residual:
         # GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x)); both norms read the same x
-        attn_out, core = self_attention(
-            sc, spec, impl, dims, normed("attn_norm", x), attention, layer_type
-        )
+        attn_out, core = attend(sc, spec, impl, dims, normed("attn_norm", x), attention, layer_type)
         sublayer_out("attn_dropout", ATTN, attn_out)
         feed_forward_out = feed_forward(normed("mlp_norm", x))
         sublayer_out("mlp_dropout", MLP, feed_forward_out)
         sc.add(names["mlp_residual"], MLP, [], 2 * T * h, "aten.add: saves nothing")
         return Block(tuple(sc.ops), x, core, _param_numel(sc))
     attn_in = x if placement is NormPlacement.post else normed("attn_norm", x)
-    attn_out, core = self_attention(sc, spec, impl, dims, attn_in, attention, layer_type)
+    attn_out, core = attend(sc, spec, impl, dims, attn_in, attention, layer_type)
     if placement is not NormPlacement.pre:
         attn_out = normed("attn_post_norm", attn_out)
     sublayer_out("attn_dropout", ATTN, attn_out)

@@ -76,12 +76,29 @@ def embeddings(
 
 
 def rotary_tables(
-    sc: Scope, spec: ModelSpec, dims: Dims, pairs: int = 1, dtype: DType | None = None
+    sc: Scope,
+    spec: ModelSpec,
+    dims: Dims,
+    pairs: int = 1,
+    dtype: DType | None = None,
+    *,
+    complex_table: bool = False,
 ) -> None:
     """cos and sin (1 x s x rotary dims, stream dtype unless ``dtype``: OLMo 2 keeps them
     fp32), made once by the model's rotary module (``*RotaryEmbedding.forward``) and saved by
     the q/k ``mul`` of every layer: counted once, here. ``pairs`` tables when layer types
-    rotate differently (Gemma 3: local and global)."""
+    rotate differently (Gemma 3: local and global). ``complex_table``: one complex64
+    ``freqs_cis`` (1 x s x rotary dims / 2: 8 bytes an element) instead, whatever the dtype
+    (DeepSeek-V2 ``DeepseekV2RotaryEmbedding``)."""
+    if complex_table:
+        sc.add(
+            "rotary_embedding",
+            Component.attention,
+            [Saved("rope.freqs_cis", dims.s * spec.rotary_dim, DType.fp32)],  # 2 fp32 each
+            0,
+            "RotaryEmbedding: complex64 freqs_cis saved by the q/k muls of every layer",
+        )
+        return
     dtype = dtype or dims.r
     saves = []
     for i in range(pairs):

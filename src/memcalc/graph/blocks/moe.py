@@ -1,14 +1,318 @@
-"""Mixture-of-experts MLP: router, routed experts as HF runs them, shared experts."""
+"""Mixture-of-experts MLP: the router, the routed experts as HF runs them, shared experts, and
+the load-balancing loss's share of the epilogue.
+
+Sources (transformers 5.24): the routers ``MixtralTopKRouter``, ``Qwen2MoeTopKRouter``,
+``Qwen3MoeTopKRouter``, ``DeepseekV2TopkRouter``, ``DeepseekV3TopkRouter``; the experts'
+default implementation ``grouped_mm_experts_forward`` (``integrations/moe.py``, chosen by
+``PreTrainedModel.get_correct_experts_implementation``); ``Qwen2MoeSparseMoeBlock.forward``,
+``DeepseekV3MoE.forward``; ``load_balancing_loss_func``.
+
+Notation: T tokens, h hidden, E routed experts (``dims.experts`` of them on this rank), k top-k,
+m one expert's width, S the rows the experts process (``dispatch_rows``: T*k, dropless).
+"""
 
 from __future__ import annotations
 
-from memcalc.errors import MemcalcError
-from memcalc.graph.ops import Saved
-from memcalc.graph.scope import Dims, Scope
+import math
+
+from memcalc.graph.blocks.linear import linear
+from memcalc.graph.blocks.mlp import activation, mlp
+from memcalc.graph.ops import Component, ParamTensor, Saved
+from memcalc.graph.scope import Dims, Scope, matmul_flops, tensor
 from memcalc.spec.families.base import Implementation
-from memcalc.spec.model import ModelSpec
+from memcalc.spec.model import ModelSpec, MoeSpec, Router
+from memcalc.spec.training import DType
+
+MLP = Component.mlp
+
+
+def dispatch_rows(moe: MoeSpec, dims: Dims) -> int:
+    """Rows the routed experts of this rank process: their dispatch buffers' length.
+
+    Dropless (HF, Megablocks; Gale et al. 2022): every token's k choices, T*k rows on a rank
+    that holds all E experts. A rank holding ``dims.experts`` < E of them (expert parallelism)
+    gets its share T*k*E_local/E scaled by ``dims.moe_imbalance`` -- the busiest rank's load
+    -- and never more than all T*k. With a capacity factor (Megatron-core ``get_capacity``:
+    ``ceil(T*k / E * factor)`` rows per expert, tokens beyond it dropped, buffers padded to
+    it), every local expert's buffer is that long, whatever the imbalance.
+
+    >>> moe = MoeSpec(num_experts=8, top_k=2, expert_size=64)
+    >>> d = Dims(b=2, s=512, h=64, a=4, d=16, g=4, m=64, V=10, p=DType.bf16, r=DType.bf16,
+    ...          stat_dtype=DType.fp32, experts=8, moe_imbalance=1.25)
+    >>> dispatch_rows(moe, d)  # all experts here: 1024 tokens x 2
+    2048
+    >>> from dataclasses import replace
+    >>> dispatch_rows(moe, replace(d, experts=2))  # a quarter of them, the busiest rank
+    640
+    >>> dispatch_rows(moe, replace(d, capacity_factor=1.0))  # 8 buffers of 256 rows
+    2048
+    """
+    routed = dims.T * moe.top_k
+    local = dims.experts or moe.num_experts
+    if dims.capacity_factor is not None:
+        return local * math.ceil(routed / moe.num_experts * dims.capacity_factor)
+    share = routed * local / moe.num_experts
+    return min(routed, math.ceil(share * dims.moe_imbalance))
 
 
 def moe_mlp(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims, x: Saved) -> Saved:
-    """The MoE MLP of one layer on its (normed) input ``x``."""
-    raise MemcalcError(f"{spec.name}: mixture-of-experts layers are not lowered yet")
+    """The MoE MLP of one layer on its (normed) input ``x``: (Qwen2-MoE: the shared expert
+    first,) the router, the routed experts, the shared experts (and Qwen2-MoE's sigmoid gate
+    on them), the sum."""
+    moe = spec.moe
+    assert moe is not None  # a moe layer type requires spec.moe (ModelSpec._check)
+    names = impl.names
+    T, h, p = dims.T, dims.h, dims.p
+    if moe.router_jitter > 0:
+        # MixtralSparseMoeBlock: hidden_states *= empty_like(hidden_states).uniform_(...) --
+        # in place on the norm output; the multiply saves the noise (it needs no gradient).
+        sc.add(
+            f"{names['router']}.jitter",
+            MLP,
+            [Saved(f"{names['router']}.jitter_noise", x.numel, x.dtype)],
+            x.numel,
+            "aten.mul_(x, noise): saves other (the noise)",
+            grads=2 * x.nbytes,
+        )
+    shared: Saved | None = None
+    if moe.shared_size and impl.shared_expert_first:
+        shared = mlp(sc, spec, impl, dims, x, dims.shared_m, prefix=names["shared_experts"])
+    weights = router(sc, moe, impl, dims, x)
+    # the shared expert's output gradient waits for its backward, which runs last
+    pending = shared.nbytes if shared is not None else 0
+    routed_experts(sc, spec, moe, impl, dims, x, weights, pending=pending)
+    if moe.shared_size and shared is None:
+        shared = mlp(sc, spec, impl, dims, x, dims.shared_m, prefix=names["shared_experts"])
+    if shared is not None and moe.shared_expert_gate:
+        # Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) * shared_expert(x)
+        gate_name = names["shared_expert_gate"]
+        gate = linear(sc, gate_name, MLP, x, T, h, 1, p)
+        sig = Saved(f"{gate_name}.sigmoid", T, gate.dtype)
+        sc.add(f"{gate_name}.sigmoid", MLP, [sig], 4 * T, "aten.sigmoid: saves result")
+        sc.add(
+            f"{gate_name}.mul",
+            MLP,
+            [sig, shared],
+            T * h,
+            "aten.mul.Tensor(sigmoid, shared): saves self and other",
+            grads=3 * shared.nbytes,
+        )
+    if shared is not None:
+        sc.add(f"{names['experts']}.add_shared", MLP, [], T * h, "aten.add: saves nothing")
+    return tensor("mlp.moe_out", dims.T_rep, h, p)
+
+
+def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) -> Saved:
+    """The router on ``x``: logits, scores, top-k, renormalisation. Returns the routing weights
+    (T x k) the experts multiply their outputs by.
+
+    Logits: ``F.linear(x, W)`` (W: E x h) in the activation dtype; DeepSeek casts both to fp32
+    first (``hidden_states.type(fp32)``, ``weight.type(fp32)``): for a 16-bit model two fp32
+    copies the matmul saves -- the input (T x h) and the weight (E x h, an activation here,
+    though its source is a parameter); under autocast the linear casts them to 16 bits again.
+    Scores: ``softmax(logits, dtype=fp32)`` saves its fp32 result (T x E); DeepSeek-V3's
+    ``sigmoid`` saves its result in the logits' dtype. Choice: ``topk`` saves its int64 indices
+    (T x k); DeepSeek-V2's group-limited greedy first ``masked_fill`` s the scores (saves the
+    bool mask, T x E); DeepSeek-V3 picks by ``scores + e_score_correction_bias`` within the
+    best groups -- a branch whose values nothing differentiates (freed before backward, not
+    counted) -- and ``gather`` s the weights from the scores (saves its int64 index, T x k, and
+    the scores). Renormalisation ``w /= w.sum(-1, keepdim=True)`` runs in place: it saves a
+    copy of w and the sum (T x k, T x 1). Qwen casts the weights back to the logits' dtype.
+    """
+    T, h, E, k = dims.T, dims.h, moe.num_experts, moe.top_k
+    name = impl.names["router"]
+    if moe.router_fp32 and sc.autocast is None and dims.p is not DType.fp32:
+        copies = [
+            Saved(f"{name}.in_fp32", T * h, DType.fp32),
+            Saved(f"{name}.weight_fp32", E * h, DType.fp32),
+        ]
+        sc.add(
+            name,
+            MLP,
+            copies,
+            matmul_flops(T, h, E),
+            "aten.mm(x.float(), W.float()): saves both fp32 copies (DeepSeek routers)",
+            grads=(T * h + T * E) * 4,
+            params=E * h,
+            weights=(ParamTensor(f"{name}.weight", (E, h), "mlp"),),
+        )
+        logits = DType.fp32
+    else:
+        logits = linear(sc, name, MLP, x, T, h, E, dims.p).dtype
+    if moe.router is Router.sigmoid:
+        scores = Saved(f"{name}.scores", T * E, logits)
+        sc.add(f"{name}.sigmoid", MLP, [scores], 4 * T * E, "aten.sigmoid: saves result")
+        sc.add(
+            f"{name}.gather",
+            MLP,
+            [Saved(f"{name}.topk_index", T * k, DType.int64), scores],
+            T * k,
+            "aten.gather(scores, 1, topk_index): saves self and index (the biased group top-k "
+            "that chose the index saves nothing that backward reaches)",
+        )
+        values = logits
+    else:
+        scores = Saved(f"{name}.probs", T * E, DType.fp32)
+        sc.add(f"{name}.softmax", MLP, [scores], 5 * T * E, "aten._softmax (fp32): saves result")
+        if moe.group_limited:
+            sc.add(
+                f"{name}.group_mask",
+                MLP,
+                [Saved(f"{name}.group_mask", T * E, DType.bool)],
+                T * E,
+                "aten.masked_fill(scores, ~group_mask, 0): saves the mask",
+            )
+        sc.add(
+            f"{name}.topk",
+            MLP,
+            [Saved(f"{name}.topk_index", T * k, DType.int64)],
+            T * E,
+            "aten.topk: saves indices",
+        )
+        values = DType.fp32
+    if moe.norm_topk_prob:
+        sc.add(
+            f"{name}.renormalise",
+            MLP,
+            [Saved(f"{name}.topk_copy", T * k, values), Saved(f"{name}.topk_sum", T, values)],
+            2 * T * k,
+            "aten.div_(w, w.sum(-1)): saves a copy of self (in place) and other",
+        )
+    if impl.router_weights_to_logits_dtype:
+        values = logits
+    return Saved(f"{name}.weights", T * k, values)
+
+
+def routed_experts(
+    sc: Scope,
+    spec: ModelSpec,
+    moe: MoeSpec,
+    impl: Implementation,
+    dims: Dims,
+    x: Saved,
+    weights: Saved,
+    *,
+    pending: int = 0,
+) -> None:
+    """HF ``grouped_mm_experts_forward`` on the S = ``dispatch_rows`` rows of this rank.
+
+    ``sort`` the flat expert ids; ``x[perm // k]`` gathers a copy of the input (S x h; the
+    index saves its int64 indices); ``weights[perm]`` (saves perm); ``histc`` + ``cumsum``
+    give the int32 offsets (E) every grouped matmul saves; ``_grouped_mm(x_g, gate_up_proj)``
+    (saves its input, S x h) outputs S x 2m, whose halves ``act(gate) * up`` save (one
+    storage), then the product (S x m) that the down ``_grouped_mm`` saves; ``out * w_g``
+    saves both (S x h, and S x 1 in the weights' dtype -- fp32 but for Qwen); ``[inv_perm]``
+    saves inv_perm; ``view(T, k, h).sum(1)`` saves nothing. The experts compute in their
+    weights' dtype (``input.to(weight.dtype)``): fp32 under autocast, whose lists do not have
+    grouped_mm. FLOPs: 2*S*h*2m + 2*S*m*h, i.e. T*k times one expert's matmul FLOPs.
+
+    Backward (``Op.grad_bytes``), first: ``.to()``'s gradient in the weighted dtype (T x h),
+    ``sum(1)``'s expand copied by view's backward and index's zeros and ``index_put`` result
+    (S x h each) -- the step's largest moment in the experts; ``pending``: gradient bytes alive
+    throughout (a shared expert's output gradient, when it ran first: its backward is last).
+    """
+    names = impl.names
+    ex = names["experts"]
+    h, m, E = dims.h, dims.expert_m, dims.experts or moe.num_experts
+    S = dispatch_rows(moe, dims)
+    dtype = DType.fp32 if sc.autocast is not None else dims.p  # the expert weights' dtype
+    k = moe.top_k
+    offsets = Saved(f"{ex}.offsets", E, DType.int32)
+    sc.add(
+        f"{ex}.gather",
+        MLP,
+        [Saved(f"{ex}.token_index", S, DType.int64)],
+        0,
+        "aten.index(x, perm // k): saves indices",
+    )
+    gathered = Saved(f"{ex}.gathered", S * h, x.dtype)
+    if x.dtype is not dtype:
+        gathered = Saved(f"{ex}.gathered.cast", S * h, dtype)  # input.to(weight.dtype)
+    sc.add(
+        f"{ex}.weights_gather",
+        MLP,
+        [Saved(f"{ex}.perm", S, DType.int64)],
+        0,
+        "aten.index(weights, perm): saves indices",
+    )
+    active = k * 2 * m * h
+    gate_up = Saved(f"{ex}.gate_up_proj.out", S * 2 * m, dtype)
+    sc.add(
+        f"{ex}.gate_up_proj",
+        MLP,
+        [offsets, gathered],
+        matmul_flops(S, h, 2 * m),
+        "aten._grouped_mm: saves self and offs (mat2 is the parameter)",
+        grads=(S * h + S * 2 * m) * dtype.itemsize + pending,
+        params=E * 2 * m * h,
+        weights=(ParamTensor(f"{ex}.gate_up_proj", (E, 2 * m, h), "mlp", active_numel=active),),
+    )
+    activation(sc, f"{ex}.act", gate_up, spec.activation)
+    act = Saved(f"{ex}.act.out", S * m, dtype)
+    sc.add(
+        f"{ex}.gate_mul_up",
+        MLP,
+        [act, gate_up],
+        S * m,
+        "aten.mul.Tensor(act(gate), up): saves self and other (up: a view of gate_up)",
+        grads=3 * S * m * dtype.itemsize + pending,
+    )
+    product = Saved(f"{ex}.product", S * m, dtype)
+    down = Saved(f"{ex}.down_proj.out", S * h, dtype)
+    sc.add(
+        f"{ex}.down_proj",
+        MLP,
+        [offsets, product],
+        matmul_flops(S, m, h),
+        "aten._grouped_mm: saves self and offs (mat2 is the parameter)",
+        grads=(S * m + S * h) * dtype.itemsize + pending,
+        params=E * h * m,
+        weights=(ParamTensor(f"{ex}.down_proj", (E, h, m), "mlp", active_numel=k * h * m),),
+    )
+    w_g = Saved(f"{ex}.weights_sorted", S, weights.dtype)
+    weighted = DType.fp32 if DType.fp32 in (dtype, weights.dtype) else dtype
+    sc.add(
+        f"{ex}.weight_outputs",
+        MLP,
+        [down, w_g],
+        S * h,
+        "aten.mul.Tensor(out, w_g.unsqueeze(-1)): saves self and other",
+        grads=2 * S * h * weighted.itemsize + pending,
+    )
+    sc.add(
+        f"{ex}.unsort",
+        MLP,
+        [Saved(f"{ex}.inv_perm", S, DType.int64)],
+        S * h,
+        "aten.index(weighted, inv_perm): saves indices; view(T, k, h).sum(1) saves nothing",
+        grads=(3 * S + dims.T) * h * weighted.itemsize + pending,
+    )
+
+
+def aux_loss(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims) -> tuple[Saved, ...]:
+    """HF ``load_balancing_loss_func`` (Switch Transformer eq. 4-6; Mixtral, Qwen-MoE with
+    ``output_router_logits``): per MoE layer, ``softmax(router_logits)`` in the logits' dtype
+    saves its result (T x E); ``topk`` of it feeds ``histc`` only (its indices are on a branch
+    backward never reaches: freed, not counted); ``tokens_per_expert * probs_per_expert``
+    saves the fp32 (E) counts once. Returns the router logits of every MoE layer, which the
+    model output holds until the loss has been computed (transient around the loss)."""
+    moe = spec.moe
+    assert moe is not None
+    T, E, n = dims.T, moe.num_experts, spec.moe_layers
+    logits = DType.fp32 if moe.router_fp32 and sc.autocast is None else dims.p
+    name = impl.names["aux_loss"]
+    sc.add(
+        f"{name}.softmax",
+        Component.output,
+        [Saved(f"{name}.probs", n * T * E, logits)],  # n storages of T x E, one entry
+        5 * T * E * n,
+        f"aten._softmax of each of the {n} MoE layers' router logits: saves the results",
+    )
+    sc.add(
+        f"{name}.mul",
+        Component.output,
+        [Saved(f"{name}.tokens_per_expert", E, DType.fp32)],
+        E,
+        "aten.mul(tokens_per_expert, router_prob_per_expert): saves self",
+    )
+    return (Saved("router_logits", n * T * E, logits),)

@@ -69,6 +69,7 @@ def rms_norm(
     variant: Norm = Norm.rms_norm,
     *,
     input_grad: bool = True,
+    view_of: Saved | None = None,
 ) -> Saved:
     """RMSNorm over the last ``width`` features of ``x`` (``rows`` of them), as HF writes it.
 
@@ -89,9 +90,12 @@ def rms_norm(
     the incoming gradient: the gradient of the fp32 product (``ToCopyBackward``), the gradient
     of y, and the product ``grad * y`` that is summed into the weight's gradient (measured on
     the CPU: the peak of a recomputed OLMo 2 / Gemma block).
+
+    ``view_of``: the storage ``x`` is a slice of (MLA's ``kv_a_layernorm`` on part of one
+    projection): an fp32 x is that storage, which pow saves whole; a copy is x's size.
     """
     numel = x.numel
-    x32 = x if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", numel, DType.fp32)
+    x32 = (view_of or x) if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", numel, DType.fp32)
     rstd = Saved(f"{prefix}.rstd", rows, DType.fp32)
     g32 = 2 * numel * 4  # fp32 gradient in and out
     trainable, weight = _norm_weights(sc, prefix, width, False)

@@ -24,20 +24,26 @@ precision recipe, put in training mode and run forward on int64 token ids of sha
   every other matmul has a weight operand), every node between them, and the copies and views
   that feed only them (repeat_kv). Its inputs, read from outside, are the core inputs (q, k, v
   before any expansion). Found by structure, not by an (S, S) shape, which q, k and v also have
-  when head_dim == S. A fused SDPA/flash kernel has no core to drop.
+  when head_dim == S. A fused SDPA/flash kernel has no core to drop, nor has an SDPA call
+  that the CPU runs as a math composite of matmuls (MLA).
+* dead branches: a storage saved only by nodes from which the loss cannot be reached (the
+  values of a top-k whose indices alone are used: DeepSeek-V3's group top-k, the MoE aux loss's
+  top-k) is freed before backward; it is left out and its bytes noted (``dead_branch_bytes``).
 * FLOPs: the per-op formulas of ``torch.utils.flop_counter`` (FlopCounterMode's registry; matmuls
-  and attention kernels only, no elementwise FLOPs), counted in a dispatch mode that attributes
-  each op to the autograd node it creates; FLOPs of nodes that save nothing go to the first op
-  of their scope, so block totals stay right.
+  and attention kernels only, no elementwise FLOPs) plus the grouped matmul of MoE experts, counted
+  in a dispatch mode that attributes each op to the autograd node it creates; FLOPs of nodes that
+  save nothing go to the first op of their scope, so block totals stay right.
 * ``Op.grad_bytes`` is an approximation: 2 x the op's largest saved storage (its output gradient
   and one input gradient of about that size).
 
-On CPU (where FakeTensorMode runs here) three things are routed to what a GPU runs, as
-``measure`` does for real CPU runs: ``F.dropout`` to ``torch.native_dropout`` (1-byte bool masks),
+On CPU (where FakeTensorMode runs here) four things are routed to what a GPU runs, as ``measure``
+does for real CPU runs: ``F.dropout`` to ``torch.native_dropout`` (1-byte bool masks),
 ``F.scaled_dot_product_attention`` with dropout to the flash kernel (q, k, v, out, logsumexp; the
 CPU math fallback would keep the s x s probabilities in fp32), and transformers' packed-sequence
-check (which cannot read fake position ids and would materialise a (b, 1, s, s) mask and disable
-GQA in SDPA) to "not packed", which is what a real run of these inputs finds. Other kernels save
+check (which cannot read fake position ids and would materialise a (b, 1, s, s) mask and disable GQA
+in SDPA) to "not packed", which is what a real run of these inputs finds; and MoE experts whose
+weights are not bf16 (fp32, autocast) to transformers' ``grouped_mm_fallback``, because the fake
+kernel of ``aten._grouped_mm`` refuses fp32 (``fake.grouped_mm_in_any_dtype``). Other kernels save
 what the CPU kernel saves (LayerNorm statistics in the input dtype; fp32 on CUDA).
 """
 

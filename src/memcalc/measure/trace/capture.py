@@ -101,6 +101,9 @@ class Recorder:
     attention_inputs: list[Any] = field(default_factory=list)
     """The autograd nodes that made the q, k, v passed to HF's eager attention functions
     (where a selective checkpoint of the attention core starts; ``attention_calls``)."""
+    extra_saves: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    """Autograd sequence number -> tensors its node keeps for backward outside
+    ``save_for_backward`` (the grouped-mm fallback's ``ctx.offs``), noted as saved by it."""
 
     def storage(self, t: torch.Tensor) -> StorageRecord:
         key = storage_key(t)
@@ -111,6 +114,12 @@ class Recorder:
             self.storages[key] = st
             self.keep_alive.append(t)
         return st
+
+    def note_saved(self, seq: int, t: torch.Tensor) -> None:
+        """``t`` is kept for backward by the node with sequence number ``seq``, though not
+        through saved_tensors_hooks."""
+        self.pack(t)
+        self.extra_saves.setdefault(seq, []).append(t)
 
     # saved_tensors_hooks
     def pack(self, t: torch.Tensor) -> torch.Tensor:
@@ -196,13 +205,17 @@ class OpRecorder(TorchDispatchMode):
 
     The node is made before the op is dispatched, so its sequence number is the counter's
     current value minus one (only when some input requires grad; otherwise no node is made).
-    FLOPs use FlopCounterMode's formulas (``torch.utils.flop_counter.flop_registry``), plus the
-    CPU flash-attention kernel that registry lacks: matmuls and attention only.
+    FLOPs use FlopCounterMode's formulas (``torch.utils.flop_counter.flop_registry``), plus what
+    that registry lacks: the CPU flash-attention kernel and the grouped matmul of MoE experts
+    (``aten._grouped_mm`` and transformers' ``grouped_mm_fallback``: 2 * rows * in * out, every
+    routed row once -- HF's dropless routing sends each token's k copies, t * k rows in all):
+    matmuls and attention only.
     """
 
     def __init__(self, recorder: Recorder) -> None:
         super().__init__()
         self.recorder = recorder
+        self.grouped_mm = _grouped_mm_ops()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -217,6 +230,15 @@ class OpRecorder(TorchDispatchMode):
         flops = 0
         if packet is torch.ops.aten._scaled_dot_product_flash_attention_for_cpu:
             flops = sdpa_flop_count(args[0].shape, args[1].shape, args[2].shape)
+        elif packet in self.grouped_mm:
+            # (S, in) x (E, in, out) with offsets: each of the S rows meets one expert
+            rows, n_in = args[0].shape
+            flops = 2 * rows * n_in * args[1].shape[-1]
+            if packet is not torch.ops.aten._grouped_mm:
+                # the fallback keeps the offsets in ctx.offs (GroupedMmBackward0 saves them)
+                offs = args[2] if len(args) > 2 else kwargs.get("offs")
+                if isinstance(offs, torch.Tensor):
+                    self.recorder.note_saved(seq, offs)
         elif packet in flop_registry:
             try:
                 flops = flop_registry[packet](*args, **kwargs, out_val=out)
@@ -225,6 +247,15 @@ class OpRecorder(TorchDispatchMode):
         if flops:
             self.recorder.flops.append((seq, int(flops)))
         return out
+
+
+def _grouped_mm_ops() -> tuple[Any, ...]:
+    """The grouped matmul ops MoE experts run (transformers' fallback only once registered)."""
+    ops: list[Any] = [torch.ops.aten._grouped_mm]
+    fallback = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
+    if fallback is not None:
+        ops.append(fallback)
+    return tuple(ops)
 
 
 # ---------------------------------------------------------------------------------------------

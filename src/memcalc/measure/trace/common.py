@@ -19,6 +19,7 @@ TORCH_TO_DTYPE = {
     torch.bfloat16: DType.bf16,
     torch.float16: DType.fp16,
     torch.int64: DType.int64,
+    torch.int32: DType.int32,
     torch.int8: DType.int8,
     torch.bool: DType.bool,
     torch.float8_e4m3fn: DType.fp8,
@@ -44,8 +45,9 @@ class Trace:
     """Wall time of build + forward + backward under FakeTensorMode."""
     tied: bool
     """No separate output projection: the LM head is the embedding (or there is none)."""
-    unattributed_bytes: int = 0
-    """Saved bytes that no node reachable from the loss claims (kept, in a catch-all op)."""
+    dead_branch_bytes: int = 0
+    """Saved bytes that no node reachable from the loss claims: dead branches, freed before
+    backward, left out of the graph."""
     notes: tuple[str, ...] = ()
 
     @property

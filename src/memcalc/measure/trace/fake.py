@@ -16,10 +16,17 @@ from memcalc.measure.strategies import bool_dropout_masks
 # What a GPU runs, under fake CPU tensors
 
 
+SDPA_SPANS: list[tuple[int, int]] = []
+"""Autograd sequence numbers [first, last) of the nodes each SDPA call made (``gpu_kernels``):
+a fused kernel to memcalc, even when the CPU runs it as a math composite of matmuls."""
+
+
 @contextlib.contextmanager
 def gpu_kernels() -> Iterator[None]:
-    """Route the CPU-only code paths to the tensors a GPU saves (see the module docstring)."""
+    """Route the CPU-only code paths to the tensors a GPU saves (see the module docstring), and
+    note where each SDPA call's nodes are (``SDPA_SPANS``)."""
     original_sdpa = F.scaled_dot_product_attention
+    SDPA_SPANS.clear()
 
     def sdpa(
         query: torch.Tensor,
@@ -31,8 +38,30 @@ def gpu_kernels() -> Iterator[None]:
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
+        first = torch._C._autograd._get_sequence_nr()
+        try:
+            return _sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        finally:
+            SDPA_SPANS.append((first, torch._C._autograd._get_sequence_nr()))
+
+    def _sdpa(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        dropout_p: float,
+        is_causal: bool,
+        scale: float | None,
+        enable_gqa: bool,
+    ) -> torch.Tensor:
         heads_match = query.shape[-3] == key.shape[-3]
-        if dropout_p > 0 and query.device.type == "cpu" and (heads_match or enable_gqa):
+        flash_dims = query.shape[-1] == value.shape[-1]  # MLA (v_head_dim != qk) has no flash
+        if (
+            dropout_p > 0
+            and query.device.type == "cpu"
+            and (heads_match or enable_gqa)
+            and flash_dims
+        ):
             # aten._scaled_dot_product_flash_attention_for_cpu: saves q, k, v, out, logsumexp
             # (as CUDA flash); dropout is replayed from the RNG state, no mask is kept. Only
             # reached under FakeTensorMode (the real CPU kernel has no dropout). What the
@@ -85,6 +114,33 @@ def unpacked_sequences() -> Iterator[None]:
         yield
     finally:
         masking.find_packed_sequence_indices = packed  # type: ignore[union-attr]
+
+
+@contextlib.contextmanager
+def grouped_mm_in_any_dtype() -> Iterator[None]:
+    """MoE experts in fp32 (and under autocast, whose fp32 weights make ``_grouped_mm`` run in
+    fp32): the fake kernel of ``aten._grouped_mm`` encodes the CUDA rule and refuses anything
+    but bf16 ("Expected inputs of BF16 type"), though the real CPU kernel accepts fp32. HF's
+    ``transformers.integrations.moe._grouped_mm`` then has its own route, the custom op
+    ``transformers::grouped_mm_fallback``, with a registered fake and an autograd that saves
+    the input and the weight (as ``GroupedMmBackward0`` does; the offsets it keeps in
+    ``ctx.offs`` are noted as saved by ``OpRecorder``). So, while tracing and only for weights
+    that are not bf16, ``_can_use_grouped_mm`` answers False. bf16 keeps the real op. Enter
+    after the model is built (that is when transformers' moe module has been imported)."""
+    moe = sys.modules.get("transformers.integrations.moe")
+    can_use = getattr(moe, "_can_use_grouped_mm", None)
+    if can_use is None:
+        yield
+        return
+
+    def bf16_only(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> bool:
+        return weight.dtype == torch.bfloat16 and bool(can_use(input, weight, offs))
+
+    moe._can_use_grouped_mm = bf16_only  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        moe._can_use_grouped_mm = can_use  # type: ignore[union-attr]
 
 
 def cast_floating(model: nn.Module, dtype: torch.dtype) -> nn.Module:

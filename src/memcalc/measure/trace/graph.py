@@ -45,7 +45,14 @@ MOVEMENT = frozenset(
 reaches back through them to the tensors it reads (repeat_kv's expand + reshape of k and v,
 matmul's reshape of q)."""
 
-UNATTRIBUTED = "saved (no node claims it)"
+
+@dataclass(frozen=True)
+class Built:
+    """The traced graph, and what it leaves out."""
+
+    graph: OpGraph
+    dead_branch_bytes: int
+    """Bytes saved only by autograd nodes with no path to the loss (see ``build_graph``)."""
 
 
 @dataclass
@@ -101,7 +108,7 @@ def _nodes(rec: Recorder, loss: torch.Tensor) -> list[_Node]:
             continue
         s = node._sequence_nr()
         saves: list[tuple[StorageRecord, torch.Tensor]] = []
-        for t in _saved_tensors(node):
+        for t in _saved_tensors(node) + rec.extra_saves.get(s, []):
             st = rec.storages.get(storage_key(t))
             if st is not None and st.key in rec.saved_set and all(st is not x for x, _ in saves):
                 saves.append((st, t))
@@ -125,18 +132,27 @@ def _from_parameter(node: Any) -> bool:
     return False
 
 
-def _core_region(nodes: list[_Node], n: int, boundary: frozenset[int] = frozenset()) -> set[int]:
+def _core_region(
+    nodes: list[_Node],
+    n: int,
+    boundary: frozenset[int] = frozenset(),
+    fused: list[tuple[int, int]] | None = None,
+) -> set[int]:
     """ids of the nodes a checkpoint around each block's attention core would replay.
 
     The attention matmuls are the matmuls of two activations (every other matmul of a block
     has a weight operand): QK^T and AV. The core is both of them and every node on a path
     between them (scale, mask add, softmax, casts, dropout), plus the data-movement nodes that
     feed only the core (repeat_kv's expand + copy of k and v, matmul's reshape of q). A fused
-    kernel (SDPA, flash) has no such matmuls: nothing to drop, as in lower.py. ``boundary``:
-    ids of the nodes that made the q, k and v an HF attention function was called with
-    (``Recorder.attention_inputs``); the core starts at that call, so a cast made before it
-    (OLMo 2's ``q_embed.to(q_type)``) stays outside even though only the core reads it.
+    kernel (SDPA, flash) has no such matmuls: nothing to drop, as in lower.py -- nor has SDPA
+    when the CPU runs it as a math composite of matmuls (MLA's q/k and v head dims differ): the
+    nodes an SDPA call made (``fused``: sequence-number spans) are never a core, as selective
+    recompute (``measure``) never checkpoints SDPA. ``boundary``: ids of the nodes that made
+    the q, k and v an HF attention function was called with (``Recorder.attention_inputs``);
+    the core starts at that call, so a cast made before it (OLMo 2's ``q_embed.to(q_type)``)
+    stays outside even though only the core reads it.
     """
+    spans = fused or []
     by_id = {id(x.node): x for x in nodes}
     consumers: dict[int, list[int]] = {}
     for x in nodes:
@@ -150,6 +166,7 @@ def _core_region(nodes: list[_Node], n: int, boundary: frozenset[int] = frozense
             id(x.node)
             for x in inside
             if x.kind in MATMULS
+            and not any(a <= x.seq < b for a, b in spans)
             and all(p is not None and not _from_parameter(p) for p, _ in x.node.next_functions)
         }
         if not matmuls:
@@ -207,7 +224,17 @@ def build_graph(
     logits: torch.Tensor | None,
     batch: int,
     seq: int,
-) -> OpGraph:
+    fused: list[tuple[int, int]] | None = None,
+) -> Built:
+    """The OpGraph of the recorded forward.
+
+    A storage saved only by nodes from which the loss cannot be reached (a dead branch: the
+    values of DeepSeek-V3's group-limited top-k, of the aux loss's top-k) is left out: backward
+    never runs those nodes, and they die -- with what they saved -- as soon as the forward drops
+    its references to their outputs, which for the values of a top-k whose indices alone are
+    used is when the function returns. Their bytes are reported (``dead_branch_bytes``), not
+    counted; a tensor of such a branch that the model keeps past the forward would be missed.
+    """
     n = len(blocks)
     missing = [i for i in range(n) if i not in rec.block_inputs]
     if missing:
@@ -224,11 +251,9 @@ def build_graph(
     for key in rec.shared_inputs:
         if key in owner:
             owner[key] = PROLOGUE
-    claimed = set(owner)
-    for key in rec.saved:
-        owner.setdefault(key, rec.storages[key].scope)
+    dead = sum(rec.storages[key].nbytes for key in rec.saved if key not in owner)
 
-    region = _core_region(nodes, n, frozenset(id(node) for node in rec.attention_inputs))
+    region = _core_region(nodes, n, frozenset(id(node) for node in rec.attention_inputs), fused)
     flops: dict[int, int] = {}
     for s, f in rec.flops:
         flops[s] = flops.get(s, 0) + f
@@ -265,12 +290,6 @@ def build_graph(
                 grad_bytes=2 * max(s.nbytes for s in own),
             )
         )
-    for key in rec.saved:
-        if key not in claimed:
-            st, scope = rec.storages[key], owner[key]
-            comp = component_of("", modules, scope, n) or Component.attention
-            source = "saved_tensors_hooks: packed, but on no node reachable from the loss"
-            scopes[scope].append(Op(UNATTRIBUTED, comp, (st.saved(),), 0, source))
     if shared:
         items = list(shared.values())
         scopes[PROLOGUE].append(
@@ -302,13 +321,14 @@ def build_graph(
     extra = tuple(
         rec.storage(t).saved() for key, t in rec.shared_inputs.items() if key not in owner
     )
-    return OpGraph.from_layers(
+    graph = OpGraph.from_layers(
         tuple(scopes[PROLOGUE]),
         graph_blocks,
         tuple(scopes[n]),
         checkpoint_extra_inputs=extra,
         logits=_logits(logits, nodes, n, batch, seq),
     )
+    return Built(graph, dead)
 
 
 def component_of(

@@ -27,8 +27,11 @@ def param_counts(
     outside the blocks, anything else -> head (an untied output projection). ``lm_head_numel``
     is the head's largest tensor, or the largest embedding when there is no head (tied);
     ``final_norm`` counts the norm parameters of ``epilogue_modules`` (first run after the last
-    block).
+    block). Routed experts (an HF experts module: ``num_experts`` 3-D parameters stacked along
+    dim 0, ``config.num_experts_per_tok`` of them per token) count ``top_k`` experts' worth as
+    active.
     """
+    top_k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
     block_ids = {id(b) for b in blocks}
     block_paths = [p for p, m in model.named_modules() if id(m) in block_ids]
     module_of: dict[int, tuple[str, nn.Module]] = {}
@@ -55,7 +58,17 @@ def param_counts(
         else:
             comp = "head"
             head_numel = max(head_numel, p.numel())
-        tensors.append(ParamTensor(name, tuple(p.shape), comp))
+        experts = getattr(module, "num_experts", None)
+        active = None
+        if (
+            isinstance(top_k, int)
+            and isinstance(experts, int)
+            and p.dim() == 3
+            and p.shape[0] == experts
+            and 0 < top_k <= experts
+        ):
+            active = p.numel() // experts * top_k
+        tensors.append(ParamTensor(name, tuple(p.shape), comp, active_numel=active))
     if not tensors:
         raise MemcalcError(f"{type(model).__name__} has no parameters to train")
     embeddings = [m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding)]

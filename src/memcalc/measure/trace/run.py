@@ -16,7 +16,6 @@ from torch._subclasses.fake_tensor import (
 )
 
 from memcalc.errors import MemcalcError
-from memcalc.graph.ops import Op
 from memcalc.measure.build import Impl, torch_dtype
 from memcalc.measure.trace.capture import (
     OpRecorder,
@@ -28,8 +27,14 @@ from memcalc.measure.trace.capture import (
     storage_key,
 )
 from memcalc.measure.trace.common import Trace
-from memcalc.measure.trace.fake import cast_floating, gpu_kernels, unpacked_sequences
-from memcalc.measure.trace.graph import UNATTRIBUTED, build_graph
+from memcalc.measure.trace.fake import (
+    SDPA_SPANS,
+    cast_floating,
+    gpu_kernels,
+    grouped_mm_in_any_dtype,
+    unpacked_sequences,
+)
+from memcalc.measure.trace.graph import build_graph
 from memcalc.measure.trace.params import param_counts
 from memcalc.measure.trace.targets import one_line, resolve_target, spec_target
 from memcalc.spec.model import ModelSpec
@@ -73,10 +78,16 @@ def trace_module(
         ids = torch.randint(0, vocab, (batch, seq), device=device)
         try:
             with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
-                with unpacked_sequences(), attention_calls(model, rec), OpRecorder(rec), autocast:
+                with (
+                    unpacked_sequences(),
+                    grouped_mm_in_any_dtype(),
+                    attention_calls(model, rec),
+                    OpRecorder(rec),
+                    autocast,
+                ):
                     out = run_forward(model, ids)
                     loss, logits = loss_and_logits(out, ids)
-            graph = build_graph(rec, blocks, modules, loss, logits, batch, seq)
+            built = build_graph(rec, blocks, modules, loss, logits, batch, seq, list(SDPA_SPANS))
             loss.backward()
         except MemcalcError:
             raise
@@ -93,24 +104,19 @@ def trace_module(
         epilogue = {p for p, s in rec.first_scope_of_module.items() if s == len(blocks)}
         counts = param_counts(model, blocks, epilogue)
 
-    def unclaimed(ops: tuple[Op, ...]) -> int:
-        return sum(s.nbytes for op in ops if op.name == UNATTRIBUTED for s in op.saves)
-
-    unattributed = (
-        unclaimed(graph.prologue)
-        + unclaimed(graph.epilogue)
-        + graph.over_layers(lambda b: unclaimed(b.ops))
-    )
     notes = []
-    if unattributed:
-        notes.append(f"{unattributed} saved bytes on no node reachable from the loss: kept")
+    if built.dead_branch_bytes:
+        notes.append(
+            f"{built.dead_branch_bytes} saved bytes on dead branches (no path to the loss, "
+            "freed before backward): not counted"
+        )
     return Trace(
         name=name,
-        graph=graph,
+        graph=built.graph,
         counts=counts,
         seconds=time.perf_counter() - start,
         tied=counts.head == 0,
-        unattributed_bytes=unattributed,
+        dead_branch_bytes=built.dead_branch_bytes,
         notes=tuple(notes),
     )
 

@@ -36,6 +36,19 @@ LLAMA_NAMES: dict[str, str] = {
     "down": "mlp.down_proj",
     "mlp_dropout": "mlp.dropout",
     "mlp_residual": "mlp.residual_add",
+    # multi-head latent attention (DeepSeek)
+    "q_a": "attn.q_a_proj",
+    "q_a_norm": "attn.q_a_layernorm",
+    "q_b": "attn.q_b_proj",
+    "kv_a": "attn.kv_a_proj_with_mqa",
+    "kv_a_norm": "attn.kv_a_layernorm",
+    "kv_b": "attn.kv_b_proj",
+    # mixture of experts (the 5.x layout: a router, fused 3-D expert weights)
+    "router": "mlp.gate",
+    "experts": "mlp.experts",
+    "shared_experts": "mlp.shared_experts",
+    "shared_expert_gate": "mlp.shared_expert_gate",
+    "aux_loss": "aux_loss",
     # outside the blocks
     "embed_tokens": "embed_tokens",
     "embed_positions": "embed_positions",
@@ -56,6 +69,17 @@ class Implementation:
     dtype (GPT-2)."""
     probs_to_query_dtype: bool = True
     """Eager probabilities are cast to q's dtype (Llama); False: to the activation dtype."""
+    router_weights_to_logits_dtype: bool = False
+    """The routing weights are cast back to the router logits' dtype (Qwen-MoE
+    ``router_top_value.to(router_logits.dtype)``); otherwise they stay in the router's fp32 and
+    the experts' outputs are weighted in fp32 (Mixtral, DeepSeek)."""
+    shared_expert_first: bool = False
+    """The shared expert runs before the router (Qwen2-MoE); otherwise after the routed
+    experts (DeepSeek)."""
+    complex_rotary: bool = False
+    """The rotary module returns one complex64 ``freqs_cis`` (1, s, r/2) and q/k are rotated
+    as complex numbers, then cast back to their dtype (DeepSeek-V2); otherwise cos and sin
+    (1, s, r) in the stream dtype."""
     checkpoint_keeps_position_ids: bool = True
     """Decoder layers get ``position_ids`` (1 x s, int64) by keyword: a checkpoint's closure
     keeps them."""
@@ -243,8 +267,12 @@ class HfConfig:
             return parse(ModelSpec, dict(fields))
         except FieldError as e:
             head, _, rest = e.field.partition(".")
-            key = self.keys.get(head, head) + (f".{rest}" if rest else "")
+            key = self.keys.get(e.field) or self.keys.get(head, head) + (f".{rest}" if rest else "")
             raise FieldError(key, e.problem, self.source) from None
+
+    def error(self, key: str, problem: str) -> FieldError:
+        """A one-line error about config key ``key`` of this file."""
+        return FieldError(key, problem, self.source)
 
     def name(self) -> str:
         """The model's name: ``_name_or_path``; else the file's name (``llama-2-7b-config``),
@@ -329,3 +357,20 @@ def attention_dropout_only(spec: ModelSpec) -> None:
             f"the {spec.family.value} implementation has attention dropout only; "
             "embedding_dropout and residual_dropout must be 0",
         )
+
+
+def layer_types(spec: ModelSpec) -> list[LayerType]:
+    """The type of every layer, in order -- O(layers): for writing an HF config."""
+    return [spec.layer_type(i) for i in range(spec.num_layers)]
+
+
+def split_layers(types: list[LayerType], regular_from: int, period: int) -> dict[str, Any]:
+    """``first_layers`` and ``layer_pattern`` for a stack whose layer types repeat every
+    ``period`` layers from layer ``regular_from`` on (what comes before is listed)."""
+    head = min(regular_from, len(types))
+    if head == len(types):
+        return {"first_layers": tuple(types), "layer_pattern": (types[-1],)}
+    return {
+        "first_layers": tuple(types[:head]),
+        "layer_pattern": tuple(types[head : head + period]),
+    }
