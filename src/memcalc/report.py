@@ -33,6 +33,7 @@ LAYOUT_FIELDS = (
     "fsdp_reshard",
     "shard_size",
     "bucket_view",
+    "parallel_impl",
 )
 
 

@@ -26,7 +26,12 @@ from memcalc.spec.training import Attention, DType, Precision, TrainingSetup
 def _scope(setup: TrainingSetup) -> Scope:
     """A scope whose linears follow the precision recipe (fp8 saved inputs, autocast casts)."""
     autocast = setup.activation_dtype if setup.precision.is_amp else None
-    return Scope(fp8_linears=setup.precision is Precision.fp8_mixed, autocast=autocast)
+    par = setup.parallel
+    return Scope(
+        fp8_linears=setup.precision is Precision.fp8_mixed,
+        autocast=autocast,
+        gathered_inputs=par.dtensor_tp and par.sequence_parallel,
+    )
 
 
 def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims:
