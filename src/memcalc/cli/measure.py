@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from memcalc.cli.common import EnumChoice, gpu_option, model_option
+from memcalc.cli.common import (
+    LAYOUT_KEYS,
+    EnumChoice,
+    gpu_option,
+    layout_fields,
+    layout_options,
+    model_option,
+)
 from memcalc.errors import MemcalcError
 from memcalc.spec.training import Attention, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
@@ -20,6 +27,8 @@ EXAMPLES = """\b
 Examples:
   memcalc measure --model gpt2 --batch 4 --seq 512 --recompute full
   memcalc measure --model tests/data/llama-2-7b-config.json --impl hf --precision bf16-mixed
+  memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --zero 3 --dp 2
+  memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --tp 2
 """
 
 
@@ -87,6 +96,20 @@ Examples:
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed for weights and token ids."
 )
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ranks to run under torchrun (gloo on CPU, nccl on CUDA) with the layout below; "
+    "every rank is compared with its estimate.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Seconds a --nproc run may take (default 600).",
+)
+@layout_options
 def measure_command(**values: Any) -> None:
     """Run one warm-up and one measured training step; print estimate vs measured."""
     try:
@@ -96,7 +119,10 @@ def measure_command(**values: Any) -> None:
     from memcalc.measure.command import run_measure
 
     values["offload"] = list(values["offload"])
-    text, ok = run_measure(**values)
+    layout = layout_fields(values)
+    for key in (*LAYOUT_KEYS, "fsdp_reshard"):
+        values.pop(key, None)
+    text, ok = run_measure(**values, layout=layout)
     click.echo(text)
     if not ok:
         raise click.exceptions.Exit(1)
