@@ -211,6 +211,7 @@ def test_dtensor_tensor_parallel_matches_the_per_rank_estimate():
         (["--nproc", "2", "--dp", "2", "--offload", "optimizer=cpu"], "--offload"),
         (["--nproc", "2", "--dp", "2", "--microbatches", "2"], "--microbatches"),
         (["--timeout", "5"], "--timeout: it limits a --nproc run"),
+        (["--microbatches", "2"], "--microbatches: gradient accumulation is measured only"),
     ],
 )
 def test_bad_layouts_are_one_line_errors(argv, message):

@@ -13,7 +13,6 @@ from memcalc.estimate import Options
 from memcalc.profiles import GpuProfile, load_profile
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.model import ModelSpec
-from memcalc.spec.parallel import SINGLE_GPU
 from memcalc.spec.training import Attention, OptimizerKind, Precision, TrainingSetup
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute
@@ -71,11 +70,14 @@ def run_measure(
         )
     if timeout is not None:
         raise MemcalcError("--timeout: it limits a --nproc run; add --nproc N")
-    if setup.parallel != SINGLE_GPU:
+    par = setup.parallel
+    if par.world_size > 1:
         raise MemcalcError(
-            f"--nproc: a parallel layout ({setup.parallel.describe()}) runs on several ranks; "
-            f"add --nproc {setup.parallel.world_size}"
+            f"--nproc: a parallel layout ({par.describe()}) runs on several ranks; "
+            f"add --nproc {par.world_size}"
         )
+    if par.microbatches > 1:
+        raise MemcalcError("--microbatches: gradient accumulation is measured only with --pp")
     m = measure(
         spec,
         setup,
