@@ -259,3 +259,124 @@ def test_impossible_layouts_are_one_line_errors(capsys, argv, message):
     code = main(["estimate", "--model", "llama-2-7b", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+# --- what torch's own mechanisms hold (measured: tests/test_distributed.py) ------------------
+
+TINY = ModelSpec(
+    name="tiny-llama",
+    family="llama",
+    vocab_size=256,
+    hidden_size=64,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    intermediate_size=160,
+)
+
+
+@pytest.mark.parametrize("t", [2, 4])
+def test_dtensor_sequence_parallel_saves_the_gathered_projection_inputs(t):
+    # torch DTensor (torchtitan's plan): PrepareModuleInput all-gathers the attention and MLP
+    # inputs before the column-parallel projections, which save the gathered 2sbh tensor
+    # each, where Megatron's ColumnParallelLinear saves the 2sbh/t shard:
+    #   Table 2's sbh(34/t + 5as/(ht)) becomes sbh(30/t + 4 + 5as/(ht)).
+    par = Parallelism(tp=t, parallel_impl="torch")
+    setup = TrainingSetup(batch=B, seq=S, precision="bf16", attention="eager", parallel=par)
+    block = lower(_gpt(), setup).kinds[0]
+    sbh = S * B * H
+    expected = sbh * 30 // t + 4 * sbh + 5 * A * S * S * B // t
+    assert block.saved_bytes - _stats(S * B // t) == expected
+
+
+def test_dtensor_tensor_parallel_keeps_a_replicated_embedding_gradient_and_loss_buffer():
+    setup = TrainingSetup(batch=2, seq=32, precision="fp32")
+    megatron = estimate(TINY, setup.replace(parallel=Parallelism(tp=2)), GPU)
+    torch_tp = estimate(TINY, setup.replace(parallel=Parallelism(tp=2, parallel_impl="torch")), GPU)
+    V, h, T = TINY.vocab_size, TINY.hidden_size, 64
+    # DTensor's embedding backward has no vocab-sharded rule: the gradient is V x h, replicated
+    assert torch_tp.gradient_bytes - megatron.gradient_bytes == (V - V // 2) * h * 4
+    assert torch_tp.parameter_bytes == megatron.parameter_bytes
+    # loss_parallel's log-softmax keeps x - max beside its input and output
+    loss = [m for m in torch_tp.timeline.moments() if m.where.startswith("loss: _log")][0]
+    assert loss.transient_bytes == 3 * T * (V // 2) * 4
+
+
+def test_fsdp2_holds_the_root_group_and_the_pending_reduce_scatter():
+    # FSDP2 as fully_shard per block, then on the root (torch _fully_shard): the root group
+    # (embedding, final norm, head) stays gathered through the step's forward and backward and
+    # its gradients full until its post-backward, after the embedding's; block i's backward
+    # sees block i's weights, block i-1's prefetched all-gather, the full gradients written so
+    # far and the reduce-scatter input of block i+1 (reduce_scatter_max_input_buffers = 1).
+    setup = TrainingSetup(batch=2, seq=32, precision="fp32", parallel=Parallelism(dp=2, zero=3))
+    b = estimate(TINY, setup, GPU)
+    counts = count_params(TINY)
+    per_block, w = counts.per_block, 4
+    root = counts.total - TINY.num_layers * per_block
+    shard = b.parameter_bytes
+    assert shard == counts.total * w // 2
+    blk = b.timeline.block(2)
+    assert blk.parameter_bytes == shard + (root + 2 * per_block) * w
+    head = (counts.lm_head_numel + counts.final_norm) * w
+    # block 3 reduced (a shard), block 3's reduce-scatter input pending (full), the head's
+    # gradients full; block 2's own at most all of them
+    low, high = per_block * w // 2 + per_block * w + head, per_block * w * 5 // 2 + head
+    assert low <= blk.gradient_bytes <= high
+    assert b.timeline.block(0).parameter_bytes == shard + (root + per_block) * w
+    # at the embedding's backward: every block reduced, the root's gradients full, block 0's
+    # reduce-scatter input still pending
+    embedding = b.timeline.moments()[-2]
+    assert embedding.where == "embedding"
+    blocks = TINY.num_layers * per_block * w
+    assert embedding.gradient_bytes == blocks // 2 + root * w + per_block * w
+    assert embedding.parameter_bytes == shard + root * w
+
+
+def test_fsdp2_keeps_one_step_counter_per_parameter_on_every_rank():
+    # torch Adam keeps a step tensor per parameter tensor; over FSDP2's DTensor shards every
+    # rank's optimizer holds all of them (on the device here: a CPU step)
+    setup = TrainingSetup(batch=2, seq=32, precision="fp32", parallel=Parallelism(dp=2, zero=3))
+    b = estimate(TINY, setup, GPU, device="cpu")
+    counts = count_params(TINY)
+    assert b.optimizer_bytes == 2 * counts.total * 4 // 2 + 4 * counts.tensors
+
+
+def test_ddp_bucket_view_gradients_exist_from_the_start():
+    setup = TrainingSetup(seq=512, precision="bf16", parallel=Parallelism(dp=4, bucket_view=True))
+    b = estimate(LLAMA, setup, GPU)
+    loss = b.timeline.moments()[0]
+    assert loss.phase == "forward" and loss.gradient_bytes == b.gradient_bytes
+
+
+def test_every_pipeline_stage_makes_its_own_rotary_tables():
+    # Megatron's GPTModel.forward computes rotary_pos_emb on every stage, and so does each
+    # stage module under torch.distributed.pipelining: 2 x s x d cos/sin saved on stage 1 too
+    par = Parallelism(pp=2, microbatches=2)
+    b = estimate(TINY, TrainingSetup(batch=2, seq=32, precision="fp32", parallel=par), GPU)
+    d = TINY.head_size
+    assert b.stages[1].activation_plan.stored_bytes >= 2 * 32 * d * 4
+    graph = lower(TINY, TrainingSetup(batch=2, seq=32, precision="fp32", parallel=par))
+    from memcalc.strategies.pipeline import pipeline_stages
+
+    stages = pipeline_stages(graph, par, tied=False)
+    assert stages[1].graph.prologue_saved_bytes == 2 * 32 * d * 4
+
+
+def test_torch_pipeline_keeps_a_receive_buffer_per_micro_batch():
+    # torch.distributed.pipelining: a stage receives each micro-batch into its own buffer,
+    # made once and kept across steps -- activations on every stage but the first, their
+    # gradients on every stage but the last
+    m, T, h = 4, 64, 64
+    par = Parallelism(pp=3, microbatches=m, parallel_impl="torch")
+    spec = TINY.replace(num_layers=6)
+    b = estimate(spec, TrainingSetup(batch=2, seq=32, precision="fp32", parallel=par), GPU)
+    stream = T * h * 4
+    assert [st.buffer_bytes for st in b.stages] == [m * stream, 2 * m * stream, m * stream]
+    megatron = estimate(
+        spec,
+        TrainingSetup(
+            batch=2, seq=32, precision="fp32", parallel=par.replace(parallel_impl="megatron")
+        ),
+        GPU,
+    )
+    assert all(st.buffer_bytes == 0 for st in megatron.stages)

@@ -41,9 +41,16 @@ def test_zero3_peak_includes_gathered_blocks_and_sharding_lowers_the_peak():
     plain = estimate(SPEC, TrainingSetup(seq=4096), GPU)
     z3 = estimate(SPEC, TrainingSetup(seq=4096, parallel=Parallelism(dp=8, zero=3)), GPU)
     assert z3.peak_bytes < plain.peak_bytes
+    counts = count_params(SPEC)
+    root = counts.total - SPEC.num_layers * counts.per_block  # embedding, final norm, head
+    # FSDP2 (fully_shard per block, then the root): two blocks' full bf16 weights (current +
+    # prefetched) and the root group's (gathered from the forward to the end of backward,
+    # torch's default for the root) sit on top of the shard; block 0 prefetches nothing.
     block_moment = z3.timeline.block(31)
-    # Two blocks' full bf16 weights (current + prefetched) sit on top of the shard.
-    assert block_moment.parameter_bytes == z3.parameter_bytes + 2 * 2 * count_params(SPEC).per_block
+    assert block_moment.parameter_bytes == z3.parameter_bytes + 2 * (2 * counts.per_block + root)
+    assert z3.timeline.block(0).parameter_bytes == z3.parameter_bytes + 2 * (
+        counts.per_block + root
+    )
 
 
 def test_zero_stage_with_one_gpu_says_it_has_no_effect():

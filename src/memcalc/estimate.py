@@ -14,6 +14,7 @@ from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
+from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.steptime import StepTime, step_time
 from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
@@ -259,6 +260,7 @@ def estimate(
                 notes=notes,
                 stage=st,
                 device=device,
+                embedding_grad_extra=_replicated_embedding_grad(spec, st, par),
             )
         results.append(done[key])
     worst = max(results, key=lambda b: b.peak_bytes)
@@ -322,10 +324,12 @@ def estimate_graph(
     notes: tuple[str, ...] = (),
     stage: Stage | None = None,
     device: str = "cuda",
+    embedding_grad_extra: int = 0,
 ) -> Breakdown:
     """The Breakdown of one training step of any op graph (lowered or traced) with its
     parameter tensors' counts, on one rank of ``stage`` (the whole model without pipeline
-    parallelism)."""
+    parallelism). ``embedding_grad_extra``: gradient elements beyond the parameters' (DTensor
+    tensor parallelism: the vocab-parallel embedding's gradient is the full V x h table)."""
     par = setup.parallel
     if stage is None:
         k, later = in_flight(0, par)
@@ -380,6 +384,7 @@ def estimate_graph(
         kept_activation_bytes=gpu_acts,
         in_flight=stage.in_flight,
         microbatches=par.microbatches,
+        extra_grad_bytes=embedding_grad_extra * setup.gradient_dtype.itemsize,
     )
     if setup.lora is not None:
         assumptions.append(_lora_note(setup, counts))
@@ -390,11 +395,32 @@ def estimate_graph(
     step_temp = placed.step_temporary_bytes
 
     buffers = 0
-    if par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed and not par.bucket_view:
+    ddp = par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed
+    if ddp and not par.bucket_view:
         buffers = counts.grad_bytes(setup.gradient_dtype.itemsize)
         assumptions.append(
             "DDP: gradient buckets hold a copy of every gradient (gradient_as_bucket_view=False, "
             "the torch default; --bucket-view removes it)"
+        )
+    elif ddp:
+        assumptions.append(
+            "DDP gradient_as_bucket_view: the gradients are views of the buckets, allocated "
+            "when DDP is built, so they take their bytes for the whole step"
+        )
+    pipe = _torch_pipeline(graph, setup, stage)
+    if pipe.buffer_bytes:
+        buffers += pipe.buffer_bytes
+        assumptions.append(
+            f"torch.distributed.pipelining: {pipe.buffer_bytes} bytes of receive buffers (one "
+            "per micro-batch, kept across steps); each in-flight micro-batch's output is kept "
+            "until its backward"
+        )
+    if par.dtensor_tp:
+        assumptions.append(
+            "DTensor tensor parallelism: the vocab-parallel embedding's gradient is the full "
+            "V x h table on every rank (DTensor's embedding backward returns it replicated); "
+            "sequence-parallel projections save their all-gathered input; loss_parallel keeps "
+            "one more b*s*V/t fp32 tensor"
         )
     if par.microbatches > 1:
         assumptions.append(
@@ -420,6 +446,11 @@ def estimate_graph(
         buffer_bytes=buffers,
         reshard=par.fsdp_reshard,
         first_layer=stage.first_layer,
+        extra_grad_bytes=embedding_grad_extra * setup.gradient_dtype.itemsize,
+        grads_preallocated=ddp and par.bucket_view,
+        pipeline_first=pipe.first,
+        pipeline_later=pipe.later,
+        grad_received=pipe.grad_received,
     )
     peak = timeline.peak
     flops_per_s = gpu.matmul_flops_per_s(setup.activation_dtype) * options.mfu
@@ -510,6 +541,59 @@ def _lora_note(setup: TrainingSetup, counts: ParamCounts) -> str:
         "nothing"
     )
     return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class _Pipeline:
+    """What ``torch.distributed.pipelining`` keeps on a stage beyond its activations."""
+
+    buffer_bytes: int = 0
+    """Receive buffers, one per micro-batch, kept across steps (``args_recv_info`` for the
+    stage's input, ``grad_recv_info`` for its output's gradient)."""
+    first: tuple[int, int] = (0, 0)
+    """At the first backward: (outputs of the in-flight micro-batches, kept in the stage's
+    ``fwd_cache`` until their backward; saved inputs that are receive buffers)."""
+    later: tuple[int, int] = (0, 0)
+    """The same at a later backward, where the previous micro-batch's input gradient is still
+    held by its pending send (the schedule waits on sends at its next action)."""
+    grad_received: bool = False
+    """The gradient entering the stage's last layer is a receive buffer (not the last stage)."""
+
+
+def _torch_pipeline(graph: OpGraph, setup: TrainingSetup, stage: Stage) -> _Pipeline:
+    """The receive buffers and kept outputs of a ``PipelineStage`` under ``Schedule1F1B``
+    (``torch/distributed/pipelining/stage.py``): a stage receives each micro-batch's input into
+    its own buffer (made once, reused every step), and its output's gradient likewise; it keeps
+    every in-flight micro-batch's output (the logits on the last stage) until that
+    micro-batch's backward. When the first layer saves its input, that saved tensor is the
+    receive buffer (counted once)."""
+    par = setup.parallel
+    if not par.torch_pipeline or not graph.num_layers:
+        return _Pipeline()
+    m = par.microbatches
+    stream = graph.block(0).input.nbytes  # the residual stream between stages
+    first_block = graph.kinds[graph.layout.kind_at(0)]
+    saves_input = any(
+        saved.name == first_block.input.name for op in first_block.ops for saved in op.saves
+    )
+    buffers = (0 if stage.is_first else m * stream) + (0 if stage.is_last else m * stream)
+    output = graph.logits.nbytes if stage.is_last and graph.logits else stream
+    aliased = stream if saves_input and not stage.is_first else 0
+    first = (stage.in_flight * output, stage.in_flight * aliased)
+    pending_send = 0 if stage.is_first else stream
+    later = (stage.in_flight_later * output + pending_send, stage.in_flight_later * aliased)
+    return _Pipeline(buffers, first, later, grad_received=not stage.is_last)
+
+
+def _replicated_embedding_grad(spec: ModelSpec, stage: Stage, par: Parallelism) -> int:
+    """Gradient elements the vocab-parallel embedding adds beyond its V/t x h rows under
+    DTensor: ``embedding_dense_backward`` has no vocab-sharded strategy
+    (``torch/distributed/tensor/_ops/_embedding_ops.py``), so the gradient is computed and kept
+    replicated, V x h, on every tensor-parallel rank (measured: ``memcalc measure --tp``)."""
+    if not (par.dtensor_tp and stage.is_first):
+        return 0
+    local = -(-spec.vocab_size // par.tp)
+    return (spec.vocab_size - local) * spec.hidden_size
 
 
 def step_shape(

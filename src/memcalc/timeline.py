@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memcalc.graph.layout import Layout
-from memcalc.graph.ops import Block, OpGraph
+from memcalc.graph.ops import Block, Component, OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
 from memcalc.strategies.recompute import ActivationPlan
@@ -155,6 +155,11 @@ def step_timeline(
     buffer_bytes: int = 0,
     reshard: bool = True,
     first_layer: int = 0,
+    extra_grad_bytes: int = 0,
+    grads_preallocated: bool = False,
+    pipeline_first: tuple[int, int] = (0, 0),
+    pipeline_later: tuple[int, int] = (0, 0),
+    grad_received: bool = False,
 ) -> Timeline:
     """Moments of one step (after ``zero_grad(set_to_none=True)``: no gradients at the start).
 
@@ -172,9 +177,35 @@ def step_timeline(
     the first micro-batch's backward (pipeline 1F1B); with gradient accumulation, a later
     micro-batch's backward (``others_later`` held) runs with every gradient already written.
     ``first_layer`` numbers the layers of a pipeline stage as the whole model does.
-    ``buffer_bytes`` (DDP's gradient buckets) are on the GPU throughout; ``reshard`` False
-    (FSDP ``reshard_after_forward=False``) keeps every layer's gathered weights from its
-    forward until its backward.
+    ``buffer_bytes`` (DDP's gradient buckets) are on the GPU throughout;
+    ``grads_preallocated`` (DDP ``gradient_as_bucket_view``: the gradients are views of the
+    buckets, allocated when DDP is built) puts every gradient there from the start.
+    ``extra_grad_bytes``: gradient bytes beyond the parameters' own, written with the
+    embedding's (DTensor's replicated vocab-parallel embedding gradient).
+
+    ZeRO-3 is FSDP2 (``torch/distributed/fsdp/_fully_shard``, one group per block and the root
+    group of everything else, as ``fully_shard`` per block then on the model wraps it): the
+    root's parameters (embedding, final norm, head) stay gathered from the forward until the
+    end of backward (torch's default for the root, ``reshard_after_forward=None``), and so do
+    their gradients, reduce-scattered by the root's post-backward after the embedding's; a
+    block's gradients are full only until its own post-backward reduce-scatters them, so
+    during its backward only those written so far are full -- beside the input of the last
+    reduce-scatter (the block above's full gradients, flat), which FSDP2 keeps until the next
+    one (``reduce_scatter_max_input_buffers`` = 1, ``FSDPParamGroup.post_backward``). Forward
+    keeps the last block's all-gather result until the root's post-forward
+    (``FSDPParamGroup.wait_for_unshard`` frees a forward result after the next copy-out), so it
+    is alive at the loss; backward prefetches the next block's all-gather
+    (``_backward_prefetch``) while a block runs -- from the loss for the last block, none below
+    block 0. ``reshard`` False (``reshard_after_forward=False``) keeps every layer's gathered
+    weights from its forward until its backward, and nothing is prefetched.
+    ``pipeline_first`` / ``pipeline_later`` (``torch.distributed.pipelining``, per pass):
+    (bytes of the in-flight micro-batches' outputs the stage keeps until their backward --
+    held through the backward moments --, bytes of their saved inputs that are the stage's
+    receive buffers, already in ``buffer_bytes``); ``grad_received``: the gradient that enters
+    the stage's last layer is the stage's receive buffer (in ``buffer_bytes``).
+    Tensor parallelism through DTensor: ``loss_parallel``'s log-softmax
+    (``torch/distributed/tensor/parallel/loss.py`` ``_log_softmax``) holds ``x - max`` beside
+    its input and output, and its backward one more b*s*V/t fp32 tensor.
     """
     T = setup.tokens
     V = graph.logits.numel // T if graph.logits else 0
@@ -194,8 +225,11 @@ def step_timeline(
     )
     block_grads = tuple(b.grad_bytes(g) for b in graph.kinds)
     all_block_grads = layout.total(block_grads)
-    full_grads = counts.grad_bytes(g)
+    full_grads = counts.grad_bytes(g) + extra_grad_bytes
     block_params = tuple(b.param_numel for b in graph.kinds)
+    fsdp = sharding.shards_parameters
+    root_numel = counts.total - layout.total(block_params)  # FSDP2's root group
+    last_block = block_params[layout.kind_at(n - 1)] if n else 0
 
     w = setup.weight_dtype.itemsize
 
@@ -204,13 +238,23 @@ def step_timeline(
         the current block's full gradients, awaiting their reduce-scatter)."""
         if not grads_resident:
             return min(value, grads_bytes)
+        if grads_preallocated:
+            return full_grads
         if sharding.shards_gradients:
             return sharding.share(value, 2) + bucket
         return value
 
+    def fsdp_grads(reduced: int, unreduced: int) -> int:
+        """FSDP2: the blocks already reduce-scattered (``reduced``) are shards; the root's
+        gradients and the current block's written so far (``unreduced``) are full."""
+        if not grads_resident:
+            return min(reduced + unreduced, grads_bytes)
+        return sharding.share(reduced, 2) + unreduced
+
     def gathered(numel: int) -> int:
-        """ZeRO-3 / FSDP: full weights all-gathered for the part that runs now."""
-        return numel * w if sharding.shards_parameters else 0
+        """ZeRO-3 / FSDP2: full weights all-gathered for the parts that are unsharded now (the
+        root group's always, from the forward to the end of backward)."""
+        return (root_numel + numel) * w if fsdp else 0
 
     # torch.autocast caches the 16-bit weight casts until the autocast region ends (after the
     # loss): for recomputed blocks nothing else holds them, so they peak with the loss.
@@ -228,27 +272,44 @@ def step_timeline(
         """Parameters of layers 0..i-1, still gathered without resharding (else none)."""
         return 0 if reshard else layout.prefix_sum(block_params, i)
 
-    def make_pass(label: str, others: int, accumulated: bool) -> tuple[Pass, set[int]]:
+    # loss_parallel keeps one more b*s*V/t fp32 tensor in its log-softmax and its backward
+    shifted = T * V * 4 if setup.parallel.dtensor_tp else 0
+
+    def make_pass(
+        label: str, others: int, accumulated: bool, pipeline: tuple[int, int]
+    ) -> tuple[Pass, set[int]]:
+        kept_outputs, aliased = pipeline
+        others -= aliased  # saved inputs that are receive buffers: counted with the buffers
         acts = stored_activation_bytes + others
         head: list[Moment] = []
-        loss_grads = grads(full_grads, 0) if accumulated else 0
+        loss_grads = grads(full_grads, 0) if accumulated or grads_preallocated else 0
         if has_loss:
             logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0) + weight_cache  # type: ignore[union-attr]
-            head_p = P + gathered(counts.lm_head_numel + unsharded_below(n))
+            # FSDP2: the last block's all-gather result, kept until the root's post-forward
+            # and prefetched again by the root's pre-backward (not needed without
+            # resharding: every block is still gathered)
+            head_p = P + gathered(last_block + unsharded_below(n))
+            back_p = P + gathered((last_block if reshard else 0) + unsharded_below(n))
             head.append(
                 Moment(
-                    "forward", f"{label}loss: log_softmax", head_p, loss_grads, OPT, acts, logits
+                    "forward",
+                    f"{label}loss: log_softmax",
+                    head_p,
+                    loss_grads,
+                    OPT,
+                    acts,
+                    logits + shifted,
                 )
             )
             head.append(
                 Moment(
                     "backward",
                     f"{label}loss: _log_softmax_backward_data",
-                    head_p,
+                    back_p,
                     loss_grads,
                     OPT,
                     acts,
-                    2 * T * V * 4,
+                    2 * T * V * 4 + shifted + kept_outputs,
                 )
             )
 
@@ -266,50 +327,64 @@ def step_timeline(
 
         def block_moment(i: int) -> Moment:
             kind = layout.kind_at(i)
-            previous = layout.kind_at(i - 1) if i else kind  # prefetched by FSDP
             pbg, done = block_grads[kind], before(i)
             best = (0, "", 0, 0)
+            # FSDP2 keeps the last reduce-scatter's input -- the block above's full gradients
+            # -- until this block's post-backward (reduce_scatter_max_input_buffers = 1)
+            pending = block_grads[layout.kind_at(i + 1)] if fsdp and i + 1 < n else 0
             for held, name, grad_bytes, written in walks[kind].steps:
-                value = done if accumulated else done + min(written * g, pbg)
-                gr = grads(value, pbg)
+                if fsdp and not accumulated:
+                    unreduced = head_grads + min(written * g, pbg) + pending
+                    gr = fsdp_grads(done - head_grads, unreduced)
+                else:
+                    value = done if accumulated else done + min(written * g, pbg)
+                    gr = grads(value, pbg)
                 if held + grad_bytes + gr > best[0] + best[2] + best[3]:
                     best = (held, name, grad_bytes, gr)
             held, name, transient, on_gpu = best
-            numel = graph.kinds[kind].param_numel + graph.kinds[previous].param_numel
+            # this block, and the next one's all-gather prefetched (none below block 0)
+            numel = block_params[kind] + (block_params[layout.kind_at(i - 1)] if i else 0)
             if not reshard:
-                numel = unsharded_below(i + 1) + (block_params[kind] if i else 0)
+                numel = unsharded_below(i + 1)  # blocks 0..i, gathered since their forward
             return Moment(
                 "backward",
                 f"{label}block {first_layer + i}: {name}",
-                P + gathered(numel),  # this block and the prefetched next
+                P + gathered(numel),
                 on_gpu,
                 OPT,
                 below(i) + held,
-                transient + residual_grad,
+                transient + kept_outputs + (0 if grad_received and i == n - 1 else residual_grad),
                 layer=i,
             )
 
         tail: tuple[Moment, ...] = ()
-        if graph.prologue:
+        if any(op.component is Component.embedding for op in graph.prologue):
             tied_transient = 2 * counts.lm_head_numel * g if tied else 0
+            if fsdp and not accumulated:
+                pending = block_grads[layout.kind_at(0)] if n else 0  # block 0's rs input
+                emb_grads = fsdp_grads(all_block_grads, full_grads - all_block_grads + pending)
+            else:
+                emb_grads = grads(full_grads, block_grads[layout.kind_at(0)] if n else 0)
             tail = (
                 Moment(
                     "backward",
                     f"{label}embedding" + (" (tied weight add)" if tied_transient else ""),
-                    P + gathered(counts.embedding),
-                    grads(full_grads, block_grads[layout.kind_at(0)] if n else 0),
+                    P + gathered(0),
+                    emb_grads,
                     OPT,
                     outside + others,
-                    tied_transient,
+                    tied_transient + kept_outputs,
                 ),
             )
         cap = None if grads_resident else grads_bytes
         candidates = _candidate_layers(plan, layout, walks, block_grads, g, before, cap)
+        if fsdp and n >= 2:
+            candidates.add(n - 2)  # the first backward with a pending reduce-scatter input
         return Pass(label, tuple(head), tail, block_moment), candidates
 
-    passes: list[tuple[Pass, set[int]]] = [make_pass("", others_first, False)]
+    passes: list[tuple[Pass, set[int]]] = [make_pass("", others_first, False, pipeline_first)]
     if others_later is not None:
-        passes.append(make_pass("micro-batch 2+: ", others_later, True))
+        passes.append(make_pass("micro-batch 2+: ", others_later, True, pipeline_later))
     step = Moment("optimizer step", "step()", P, grads(full_grads, 0), OPT, 0, step_temporary_bytes)
     peak: Moment | None = None
     for pss, candidates in passes:

@@ -14,6 +14,7 @@ from memcalc.estimate import DEFAULT_MFU
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
 from memcalc.spec.finetune import Quantize
+from memcalc.spec.parallel import ParallelImpl
 from memcalc.spec.presets import DEFAULT_MODEL
 from memcalc.spec.training import Attention, GradDType, Loss, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
@@ -183,6 +184,14 @@ layout_options = options(
         show_default=True,
         help="DDP gradient_as_bucket_view (no bucket copy of the gradients).",
     ),
+    click.option(
+        "--parallel-impl",
+        type=EnumChoice(ParallelImpl),
+        default=ParallelImpl.megatron.value,
+        show_default=True,
+        help="Tensor / pipeline parallelism as Megatron-LM runs it, or as torch (DTensor, "
+        "torch.distributed.pipelining) does.",
+    ),
 )
 
 finetune_options = options(
@@ -309,6 +318,7 @@ LAYOUT_KEYS = (
     "zero",
     "shard_size",
     "bucket_view",
+    "parallel_impl",
 )
 
 

@@ -8,10 +8,13 @@ from typing import Any
 import click
 
 from memcalc.cli.common import (
+    LAYOUT_KEYS,
     EnumChoice,
     finetune_fields,
     finetune_options,
     gpu_option,
+    layout_fields,
+    layout_options,
     model_option,
 )
 from memcalc.errors import MemcalcError
@@ -27,6 +30,8 @@ Examples:
   memcalc measure --model gpt2 --batch 4 --seq 512 --recompute full
   memcalc measure --model tests/data/llama-2-7b-config.json --impl hf --precision bf16-mixed
   memcalc measure --model tests/data/hf/tiny/mistral.json --impl hf --precision bf16 --lora-rank 8
+  memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --zero 3 --dp 2
+  memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --tp 2
 """
 
 
@@ -95,6 +100,20 @@ Examples:
     "--seed", type=int, default=0, show_default=True, help="Seed for weights and token ids."
 )
 @finetune_options
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ranks to run under torchrun (gloo on CPU, nccl on CUDA) with the layout below; "
+    "every rank is compared with its estimate.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Seconds a --nproc run may take (default 600).",
+)
+@layout_options
 def measure_command(**values: Any) -> None:
     """Run one warm-up and one measured training step; print estimate vs measured."""
     try:
@@ -117,7 +136,10 @@ def measure_command(**values: Any) -> None:
         "input_grads",
     ):
         values.pop(key)
-    text, ok = run_measure(**values, finetune=finetune)
+    layout = layout_fields(values)
+    for key in (*LAYOUT_KEYS, "fsdp_reshard"):
+        values.pop(key, None)
+    text, ok = run_measure(**values, finetune=finetune, layout=layout)
     click.echo(text)
     if not ok:
         raise click.exceptions.Exit(1)

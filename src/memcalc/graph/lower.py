@@ -31,8 +31,12 @@ def _scope(setup: TrainingSetup, finetune: FineTune | None = None) -> Scope:
     """A scope whose linears follow the precision recipe (fp8 saved inputs, autocast casts)
     and the fine-tuning (frozen base, adapters)."""
     autocast = setup.activation_dtype if setup.precision.is_amp else None
+    par = setup.parallel
     return Scope(
-        fp8_linears=setup.precision is Precision.fp8_mixed, autocast=autocast, finetune=finetune
+        fp8_linears=setup.precision is Precision.fp8_mixed,
+        autocast=autocast,
+        finetune=finetune,
+        gathered_inputs=par.dtensor_tp and par.sequence_parallel,
     )
 
 

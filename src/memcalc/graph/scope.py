@@ -51,6 +51,10 @@ class Scope:
     fp8_linears: bool = False
     autocast: DType | None = None
     """Under torch.autocast: the 16-bit dtype matmuls cast their inputs and weights to."""
+    gathered_inputs: bool = False
+    """DTensor sequence parallelism (``ParallelImpl.torch``): a column-parallel linear saves the
+    all-gathered input (``PrepareModuleInput`` gathers it before the projections), not the
+    rank's sequence shard."""
     ops: list[Op] = field(default_factory=list)
     shared: dict[str, Saved] = field(default_factory=dict)
     """Tensors the block's ops save but the model makes once for every layer (a sliding-window

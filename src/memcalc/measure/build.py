@@ -118,7 +118,8 @@ def layer_list(model: nn.Module) -> tuple[nn.Module, str]:
 def forward_loss(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     """One forward with ``labels = ids``; only the loss is kept (logits are freed, as the HF
     Trainer does)."""
-    if isinstance(model, Transformer):
+    inner = getattr(model, "module", model)  # DistributedDataParallel wraps the model
+    if isinstance(inner, Transformer):
         return model(ids, ids)
     out = model(input_ids=ids, labels=ids)
     return out.loss

@@ -9,6 +9,7 @@ from memcalc.graph.lower import lower
 from memcalc.measure.runner import Measurement
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
+from memcalc.spec.parallel import ParallelImpl, Parallelism
 from memcalc.spec.training import TrainingSetup
 
 DEFAULT_TOLERANCE = 0.03
@@ -45,6 +46,8 @@ def estimate_for(
     """The estimate to compare with a measurement on ``device`` (CPU kernels lowered as CPU)."""
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
+    if setup.parallel.world_size > 1:  # measure runs torch's DTensor and pipelining
+        setup = setup.replace(parallel=setup.parallel.replace(parallel_impl=ParallelImpl.torch))
     kind = "cpu" if device.startswith("cpu") else "cuda"
     graph = lower(spec, setup, device=kind)
     return estimate(spec, setup, gpu, options, graph=graph, device=kind)
@@ -56,7 +59,12 @@ def compare(b: Breakdown, m: Measurement) -> list[Row]:
         Row("parameters", b.parameter_bytes, m.parameter_bytes),
         Row("gradients", b.gradient_bytes, m.gradient_bytes),
         Row("optimizer states", b.optimizer_bytes, m.optimizer_bytes),
-        Row("stored activations", b.activation_bytes, m.activation_bytes),
+        Row(
+            "stored activations",
+            b.activation_bytes,
+            m.activation_bytes,
+            checked=m.activations_checked,
+        ),
         Row(
             "peak of the step",
             b.peak.total_bytes,
@@ -70,3 +78,33 @@ def compare(b: Breakdown, m: Measurement) -> list[Row]:
         rows.append(Row("reserved (incl. overhead)", b.peak_bytes, m.reserved_bytes, checked=False))
         rows.append(Row("allocator retries", None, m.alloc_retries, checked=False))
     return rows
+
+
+@dataclass(frozen=True)
+class RankRows:
+    """One rank's comparison: its estimate (its pipeline stage's) against its measurement."""
+
+    rank: int
+    stage: str
+    """The rank's pipeline stage ("" without pipeline parallelism)."""
+    rows: list[Row]
+    notes: tuple[str, ...]
+
+
+def rank_estimates(b: Breakdown, par: Parallelism) -> list[Breakdown]:
+    """Every rank's estimate, in rank order: ranks are numbered tp first, then cp, dp, pp
+    (``spec/parallel.py``), so rank r is on stage r // (dp tp cp); the ranks of one stage hold
+    the same shares (ZeRO / FSDP shards rounded up: the most loaded)."""
+    inner = par.world_size // par.pp
+    stages = b.stages or (b,)
+    return [stages[r // inner] if b.stages else b for r in range(par.world_size)]
+
+
+def compare_ranks(
+    b: Breakdown, measurements: list[Measurement], par: Parallelism
+) -> list[RankRows]:
+    """Rows for every rank."""
+    return [
+        RankRows(r, e.stage, compare(e, m), m.notes)
+        for r, (e, m) in enumerate(zip(rank_estimates(b, par), measurements, strict=True))
+    ]

@@ -174,7 +174,7 @@ class CausalSelfAttention(nn.Module):
             q = (q * cos) + (rotate_half(q) * sin)  # the muls save cos and sin (no grad)
             k = (k * cos) + (rotate_half(k) * sin)
         y = self.core(q, k, v, mask=mask)  # (B, T, nh, hs)
-        y = y.reshape(B, T, C).contiguous()  # (B, T, C)
+        y = y.reshape(B, T, -1).contiguous()  # (B, T, C), or (B, T, C/tp) on a tensor-parallel rank
         return self.c_proj(y)
 
     def core(
@@ -320,8 +320,9 @@ class Transformer(nn.Module):
             else:
                 x = block(x, mask=mask, rope=rope, position_ids=pos)
         x = self.ln_f(x)
-        head = self.wte.weight if self.lm_head is None else self.lm_head.weight
-        logits = F.linear(x, head)  # (B, T, V)
+        # (B, T, V); the untied head is called as a module, so a tensor-parallel plan can
+        # shard it (the same F.linear either way)
+        logits = F.linear(x, self.wte.weight) if self.lm_head is None else self.lm_head(x)
         return causal_lm_loss(logits, labels, cfg.vocab_size)
 
 

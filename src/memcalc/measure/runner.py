@@ -30,7 +30,14 @@ from torch import nn
 from memcalc.errors import MemcalcError
 from memcalc.measure.build import Impl, attention_kind, build_model, forward_loss, torch_dtype
 from memcalc.measure.strategies import apply_strategy, bool_dropout_masks
-from memcalc.measure.tracker import LiveMemoryTracker, SavedTensorRecorder, _storage_key
+from memcalc.measure.tracker import (
+    LiveMemoryTracker,
+    SavedTensorRecorder,
+    _storage_key,
+    real_tensors,
+    storage_identity,
+    storage_keys,
+)
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import OptimizerKind, TrainingSetup
 from memcalc.strategies.offload import Offload, OffloadWhat
@@ -68,6 +75,14 @@ class Measurement:
     plus anything else the forward leaves alive (a checkpoint's inputs and cache)."""
     saved_by_dtype: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    activations_checked: bool = True
+    """False where the instrument cannot see every held activation (a pipeline stage under
+    recompute: saved-tensor hooks miss what a checkpoint's closure keeps)."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        """A Measurement from its ``dataclasses.asdict`` (a rank's JSON result)."""
+        return cls(**{**data, "notes": tuple(data.get("notes", ()))})
 
 
 @dataclass
@@ -165,11 +180,14 @@ def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) ->
 
 
 def _unique_bytes(tensors: list[torch.Tensor]) -> int:
+    """Bytes of the distinct storages holding ``tensors`` (a DTensor's are its local
+    tensor's)."""
     seen: dict[int, int] = {}
     for t in tensors:
-        key = _storage_key(t)
-        if key is not None:
-            seen[key] = t.untyped_storage().nbytes()
+        for x in real_tensors(t):
+            key = _storage_key(x)
+            if key is not None:
+                seen[key] = x.untyped_storage().nbytes()
     return sum(seen.values())
 
 
@@ -201,23 +219,9 @@ def measure(
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
-    what = {o.what for o in offload}
-    if OffloadWhat.params in what:
-        raise MemcalcError(
-            "--offload: params=cpu is not measured; measure offloads "
-            "optimizer=cpu and activations=cpu"
-        )
-    if any(o.where.value == "nvme" for o in offload):
-        raise MemcalcError("--offload: optimizer=nvme is not measured; use optimizer=cpu")
+    what = check_offload(offload)
     say = progress or (lambda _msg: None)
-    notes: list[str] = []
-    if dev.type == "cpu":
-        notes.append("CPU: dropout re-routed to torch.native_dropout (bool masks, as on CUDA)")
-        if attention_kind(setup) == "sdpa" and spec.attention_dropout > 0:
-            notes.append(
-                "CPU SDPA with dropout runs a math kernel that saves the full "
-                "attention matrix in fp32; a GPU does not (expect a large error)"
-            )
+    notes = device_notes(spec, setup, dev)
     phase = ["building the model"]
     with (
         _oom_as_error(phase),
@@ -245,12 +249,43 @@ def measure(
             pin_memory=dev.type == "cuda",
         )
         trainer = _trainer(model, setup, OffloadWhat.optimizer in what)
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        ids = torch.randint(0, spec.vocab_size, (setup.batch, setup.seq), generator=gen).to(dev)
+        ids = token_ids(spec, setup, seed, dev)
         run = _measure_cuda if dev.type == "cuda" else _measure_cpu
         kwargs: dict[str, Any] = base if dev.type == "cuda" else {}
         m = run(trainer, ids, recompute, phase, say, **kwargs)
     return Measurement(device=str(dev), impl=impl.value, strategy=label, notes=tuple(notes), **m)
+
+
+def check_offload(offload: tuple[Offload, ...]) -> set[OffloadWhat]:
+    """What is offloaded; a MemcalcError for what measure cannot offload."""
+    what = {o.what for o in offload}
+    if OffloadWhat.params in what:
+        raise MemcalcError(
+            "--offload: params=cpu is not measured; measure offloads "
+            "optimizer=cpu and activations=cpu"
+        )
+    if any(o.where.value == "nvme" for o in offload):
+        raise MemcalcError("--offload: optimizer=nvme is not measured; use optimizer=cpu")
+    return what
+
+
+def device_notes(spec: ModelSpec, setup: TrainingSetup, dev: torch.device) -> list[str]:
+    """What a run on ``dev`` does differently from a GPU (said in the report)."""
+    notes: list[str] = []
+    if dev.type == "cpu":
+        notes.append("CPU: dropout re-routed to torch.native_dropout (bool masks, as on CUDA)")
+        if attention_kind(setup) == "sdpa" and spec.attention_dropout > 0:
+            notes.append(
+                "CPU SDPA with dropout runs a math kernel that saves the full "
+                "attention matrix in fp32; a GPU does not (expect a large error)"
+            )
+    return notes
+
+
+def token_ids(spec: ModelSpec, setup: TrainingSetup, seed: int, dev: torch.device) -> torch.Tensor:
+    """The (batch, seq) random token ids of every step (the labels are the same ids)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randint(0, spec.vocab_size, (setup.batch, setup.seq), generator=gen).to(dev)
 
 
 def _one_step(
@@ -301,19 +336,43 @@ def _optimizer_bytes(trainer: _Trainer, device: torch.device) -> dict[str, int]:
     }
 
 
+@dataclass(frozen=True)
+class Extras:
+    """What a parallel layout adds to the CPU protocol (``measure/distributed``)."""
+
+    warmup_steps: int = 1
+    """Steps before the measured one (DDP rebuilds its buckets in the second)."""
+    live: Callable[[], list[torch.Tensor]] = list
+    """Called after the warm-up: tensors alive through the step that neither the parameters
+    nor the optimizer reach (DDP's gradient buckets)."""
+    unsharded: Callable[[], list[torch.Tensor]] = list
+    """Called after the warm-up: tensors whose storages are parameters gathered for a while
+    (FSDP2's unsharded parameters, freed and re-allocated every step): not activations when
+    autograd saves them, nor part of what the forward holds."""
+
+
 def _measure_cpu(
-    trainer: _Trainer, ids: torch.Tensor, recompute: Recompute, phase: list[str], say: Progress
+    trainer: _Trainer,
+    ids: torch.Tensor,
+    recompute: Recompute,
+    phase: list[str],
+    say: Progress,
+    extras: Extras = Extras(),
 ) -> dict[str, Any]:
     model = trainer.model
     say("warm-up step")
-    _one_step(trainer, ids, phase, lambda *_: None)
+    for _ in range(extras.warmup_steps):
+        _one_step(trainer, ids, phase, lambda *_: None)
     params = trainer.params
     device = params[0].device
     from memcalc.measure.finetune import quant_state_tensors
 
     weights = list(model.parameters()) + quant_state_tensors(model)
     recorder = SavedTensorRecorder.for_module(model)
-    recorder.exclude |= {k for k in (_storage_key(q) for q in trainer.opt_params) if k}
+    recorder.exclude |= {k for q in trainer.opt_params for k in storage_keys(q)}
+    unsharded = extras.unsharded()
+    recorder.exclude_storages |= {storage_identity(t) for t in unsharded}
+    live = extras.live()
     tracker = LiveMemoryTracker()
     marks: dict[str, int] = {}
     grads: list[torch.Tensor] = []
@@ -321,7 +380,7 @@ def _measure_cpu(
     hooks = [recorder.hooks()]
 
     def on(event: str, loss: Any) -> None:
-        marks[event] = tracker.live_bytes
+        marks[event] = tracker.live_bytes - sum(t.untyped_storage().nbytes() for t in unsharded)
         if event == "before_forward":
             tracker.phase = "forward"
             hooks[0].__enter__()
@@ -336,7 +395,7 @@ def _measure_cpu(
     say("measured step")
     opt_b = _optimizer_bytes(trainer, device)
     with tracker:
-        tracker.register([weights, trainer.opt_params, trainer.state_tensors(), ids])
+        tracker.register([weights, trainer.opt_params, trainer.state_tensors(), ids, live])
         tracker.reset_peak()
         _one_step(trainer, ids, phase, on)
     held = marks["after_forward"] - marks["before_forward"] - loss_bytes[0]

@@ -31,6 +31,7 @@ LAYOUT_FIELDS = (
     "fsdp_reshard",
     "shard_size",
     "bucket_view",
+    "parallel_impl",
 )
 
 

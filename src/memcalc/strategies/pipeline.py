@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from memcalc.graph.blocks.linear import PARAM_COMPONENT
-from memcalc.graph.ops import Op, OpGraph, ParamTensor
+from memcalc.graph.ops import Component, Op, OpGraph, ParamTensor
 from memcalc.spec.parallel import Parallelism
 
 
@@ -101,7 +101,7 @@ def pipeline_stages(graph: OpGraph, par: Parallelism, *, tied: bool) -> list[Sta
         part = replace(
             graph,
             layout=graph.layout.slice(first, first + n),
-            prologue=graph.prologue if is_first else (),
+            prologue=graph.prologue if is_first else _per_stage(graph.prologue),
             epilogue=epilogue if is_last else (),
             logits=graph.logits if is_last else None,
             loss_transient=graph.loss_transient if is_last else (),
@@ -109,6 +109,13 @@ def pipeline_stages(graph: OpGraph, par: Parallelism, *, tied: bool) -> list[Sta
         k, later = in_flight(i, par)
         out.append(Stage(i, first, part, k, later, is_first, is_last))
     return out
+
+
+def _per_stage(prologue: tuple[Op, ...]) -> tuple[Op, ...]:
+    """What every stage makes for its own layers: the prologue without the embedding -- the
+    rotary tables and the masks the layers share (Megatron's ``GPTModel.forward`` computes
+    ``rotary_pos_emb`` on every stage; measured under ``torch.distributed.pipelining``)."""
+    return tuple(op for op in prologue if op.component is not Component.embedding)
 
 
 def _own_head_weight(op: Op, graph: OpGraph) -> Op:

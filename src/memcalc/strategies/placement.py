@@ -91,10 +91,12 @@ def place(
     kept_activation_bytes: int = 0,
     in_flight: int = 1,
     microbatches: int = 1,
+    extra_grad_bytes: int = 0,
 ) -> Placement:
     """The Placement of one rank's parameters, gradients and optimizer states (and, with
     activations=cpu, of the offloaded activations: ``in_flight`` micro-batches' on the host,
-    every micro-batch's down and back up)."""
+    every micro-batch's down and back up). ``extra_grad_bytes``: gradient bytes beyond the
+    parameters' (DTensor's replicated vocab-parallel embedding gradient)."""
     given = offloads
     offloads = effective_offloads(offloads)
     by_what = {o.what: o for o in offloads}
@@ -113,8 +115,16 @@ def place(
                 "more (DeepSpeed offload_optimizer shards the states it moves)"
             )
     params_b = sharding.share(counts.weight_bytes(setup.weight_dtype.itemsize), from_stage=3)
-    grads_b = sharding.share(counts.grad_bytes(setup.gradient_dtype.itemsize), from_stage=2)
-    opt_b = sharding.share(optimizer.total_bytes, from_stage=1)
+    grads_b = sharding.share(
+        counts.grad_bytes(setup.gradient_dtype.itemsize) + extra_grad_bytes, from_stage=2
+    )
+    step_b = optimizer.step_tensor_bytes if optimizer.step_on_device else 0
+    if sharding.shards_parameters:
+        # FSDP2: every rank's optimizer steps its shard of every parameter tensor, so it keeps
+        # one step tensor per tensor (torch adam.py _init_group, over the DTensor shards)
+        opt_b = sharding.share(optimizer.total_bytes - step_b, from_stage=1) + step_b
+    else:
+        opt_b = sharding.share(optimizer.total_bytes, from_stage=1)
     step_temp = sharding.share(optimizer.step_temporary_bytes, from_stage=1)
     gpu_params, gpu_grads, gpu_opt = params_b, grads_b, opt_b
     host = nvme = host_link = nvme_link = 0

@@ -43,7 +43,10 @@ def linear(
     ``owns_weight`` is False for an LM head tied to the embedding (its weight is counted there).
     ``out_tokens``: a row-parallel linear under sequence parallelism reduce-scatters its output
     to ``T / tp`` tokens (Megatron ``RowParallelLinear``); a column-parallel one all-gathers its
-    input but saves the local shard (and gathers again in backward), so ``x`` is as saved.
+    input but saves the local shard (and gathers again in backward), so ``x`` is as saved --
+    except under torch DTensor (``sc.gathered_inputs``), where the module's input is gathered
+    first and the gathered ``tokens x n_in`` tensor is what the matmul saves (one storage for
+    all the projections of that input: torch ``PrepareModuleInput`` + ``ColwiseParallel``).
 
     A frozen base weight (LoRA, ``memcalc.spec.finetune``) has no gradient, so nothing of the
     input is saved (under autocast its 16-bit cast is, for the input's gradient: autocast does
@@ -51,6 +54,8 @@ def linear(
     ``Quantize.storage_bytes`` and ``MatMul4Bit`` saves only the quantized weight.
     """
     out_tokens = tokens if out_tokens is None else out_tokens
+    if sc.gathered_inputs and x.numel < tokens * n_in:
+        x = Saved(f"{x.name}.all_gathered", tokens * n_in, x.dtype)
     sc.linears.add(name.rsplit(".", 1)[-1])
     ft = sc.finetune
     trainable = sc.trainable(name)
