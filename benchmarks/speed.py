@@ -140,5 +140,6 @@ def main() -> None:
         "<= 2 s)"
     )
 
+
 if __name__ == "__main__":
     main()
