@@ -240,16 +240,35 @@ def routed_experts(
         "aten.index(weights, perm): saves indices",
     )
     active = min(k, E) * 2 * m * h  # this rank's share of a token's experts
+    # The experts are fused nn.Parameters, not nn.Linear: PEFT's LoRA (and bitsandbytes'
+    # quantization) leave them frozen base weights unless targeted by name; _grouped_mm saves
+    # its input only for mat2's gradient (derivatives.yaml: mat2 uses self), offs always.
+    trained = sc.trainable(f"{ex}.gate_up_proj")
+    source = (
+        "aten._grouped_mm: saves self and offs (mat2 is the parameter)"
+        if trained
+        else "aten._grouped_mm with frozen experts (LoRA base): saves offs only"
+    )
+    param_dtype = sc.param_dtype(f"{ex}.gate_up_proj")
     gate_up = Saved(f"{ex}.gate_up_proj.out", S * 2 * m, dtype)
     sc.add(
         f"{ex}.gate_up_proj",
         MLP,
-        [offsets, gathered],
+        [offsets, gathered] if trained else [offsets],
         matmul_flops(S, h, 2 * m),
-        "aten._grouped_mm: saves self and offs (mat2 is the parameter)",
+        source,
         grads=(S * h + S * 2 * m) * dtype.itemsize + pending,
-        params=E * 2 * m * h,
-        weights=(ParamTensor(f"{ex}.gate_up_proj", (E, 2 * m, h), "mlp", active_numel=active),),
+        params=E * 2 * m * h if trained else 0,
+        weights=(
+            ParamTensor(
+                f"{ex}.gate_up_proj",
+                (E, 2 * m, h),
+                "mlp",
+                trained,
+                param_dtype,
+                active_numel=active,
+            ),
+        ),
     )
     activation(sc, f"{ex}.act", gate_up, spec.activation)
     act = Saved(f"{ex}.act.out", S * m, dtype)
@@ -266,12 +285,21 @@ def routed_experts(
     sc.add(
         f"{ex}.down_proj",
         MLP,
-        [offsets, product],
+        [offsets, product] if trained else [offsets],
         matmul_flops(S, m, h),
-        "aten._grouped_mm: saves self and offs (mat2 is the parameter)",
+        source,
         grads=(S * m + S * h) * dtype.itemsize + pending,
-        params=E * h * m,
-        weights=(ParamTensor(f"{ex}.down_proj", (E, h, m), "mlp", active_numel=min(k, E) * h * m),),
+        params=E * h * m if trained else 0,
+        weights=(
+            ParamTensor(
+                f"{ex}.down_proj",
+                (E, h, m),
+                "mlp",
+                trained,
+                param_dtype,
+                active_numel=min(k, E) * h * m,
+            ),
+        ),
     )
     w_g = Saved(f"{ex}.weights_sorted", S, weights.dtype)
     weighted = DType.fp32 if DType.fp32 in (dtype, weights.dtype) else dtype
