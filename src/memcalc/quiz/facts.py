@@ -35,6 +35,8 @@ TP_DEGREES = (8, 4, 2)
 model's heads divide is asked about."""
 DP_RANKS = 8
 """Data-parallel GPUs the ZeRO question spreads the model states over (one node)."""
+NO_STRATEGY = Options()
+"""No recompute, no offload: the strategy a "what if" variant is estimated with by default."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,9 @@ class WeightParts:
 
     def stored_as(self, quantize: Quantize) -> int:
         """Bytes of the quantized tensors under another storage."""
-        return sum(n * quantize.storage_bytes(numel, rows) for numel, rows, n in self.quantized_shapes)
+        return sum(
+            n * quantize.storage_bytes(numel, rows) for numel, rows, n in self.quantized_shapes
+        )
 
 
 def _tensors(graph: OpGraph) -> list[tuple[ParamTensor, int]]:
@@ -148,10 +152,10 @@ class ModelFacts:
         """The estimate of one strategy at this ``mfu``."""
         return estimate(self.spec, self.setup, self.gpu, replace(options, mfu=self.mfu))
 
-    def under(self, setup: TrainingSetup, options: Options = Options()) -> Breakdown | None:
+    def under(self, setup: TrainingSetup, options: Options = NO_STRATEGY) -> Breakdown | None:
         """The estimate of this model under another setup, or None when the estimate refuses
         it (the question that wanted it is left out)."""
-        if setup == self.setup and options == Options():
+        if setup == self.setup and options == NO_STRATEGY:
             return self.base
         key = (setup, options)
         if key not in self._variants:
@@ -262,7 +266,7 @@ class ModelFacts:
 
     # --- several GPUs ---------------------------------------------------------------------
 
-    def laid_out(self, options: Options = Options(), **layout: int | bool) -> Breakdown | None:
+    def laid_out(self, options: Options = NO_STRATEGY, **layout: int | bool) -> Breakdown | None:
         """The learner's setup over several GPUs (``Parallelism`` fields), or None."""
         try:
             setup = self.setup.replace(parallel=Parallelism(**layout))  # type: ignore[arg-type]

@@ -67,6 +67,23 @@ def written_sum(scale: Scale, lang: Lang, s: Sum, names: list[str] | None = None
     return f"{' '.join(parts)} = {size_text(scale, s.total, lang)}"
 
 
+def sum_words(scale: Scale, lang: Lang, s: Sum, names: list[str]) -> str:
+    """``s`` written out when it holds at ``scale`` as printed (``written_sum``), else its
+    named terms, each rounded, and the total: a sum is never written that does not add up.
+    ``names`` are ``LABELS`` keys, one per term."""
+    if scale.holds(s):
+        return written_sum(scale, lang, s)
+    words = LABELS[lang]
+    return words["moment_list"].format(
+        items=words["list_sep"].join(
+            f"{words[n]} {size_text(scale, t, lang)}"
+            for n, (_, t) in zip(names, s.terms, strict=True)
+            if t
+        ),
+        sum=size_text(scale, s.total, lang),
+    )
+
+
 def both(make: Callable[[Lang], dict[str, str]]) -> dict[Lang, dict[str, str]]:
     """``{lang: make(lang)}`` for both languages (``make`` returns a dict of words)."""
     return {lang: make(lang) for lang in Lang}
@@ -539,17 +556,18 @@ def sqrt_checkpoints(f: ModelFacts) -> Draft:
 
 
 @question_kind(
-    "every-k-flops",
+    "sqrt-flops",
     concept="sqrt-n-checkpointing",
     topic=Topic.recompute,
     difficulty=Difficulty.medium,
     variation=Variation.depth,
 )
-def every_k_flops(f: ModelFacts) -> Draft | None:
+def sqrt_flops(f: ModelFacts) -> Draft | None:
     """Extra step FLOPs of sqrt(N) checkpointing: every segment is replayed once in
     backward, so every block's forward runs once more -- the same as full recompute (Chen et
-    al. 2016: O(sqrt N) memory for one extra forward). Left out when the estimate's two
-    figures differ (the explanation says they are equal)."""
+    al. 2016: O(sqrt N) memory for one extra forward). What differs is the memory at
+    backward's worst moment, which the explanation compares. Left out when the estimate's two
+    FLOPs figures differ (the explanation says they are equal)."""
     k = f.k
     if k < 2:
         return None
@@ -558,14 +576,16 @@ def every_k_flops(f: ModelFacts) -> Draft | None:
     if value <= 0 or relative_gap(value, full.extra_flops_fraction) > 1e-9:
         return None
     candidates = [
-        _percent(value / k, "everyk.flops_per_k"),
-        _percent(0.0, "everyk.flops_free"),
-        _percent(value * (k + 1) / 2, "everyk.flops_per_block"),
+        _percent(value / k, "sqrt.flops_per_k"),
+        _percent(0.0, "sqrt.flops_free"),
+        _percent(value * (k + 1) / 2, "sqrt.flops_per_block"),
         _percent(2 * value, "double"),
         _percent(value / 2, "half"),
     ]
     worst = [sq.activation_plan.peak_activation_bytes, full.activation_plan.peak_activation_bytes]
     scale = choose_scale([*worst, f.base.activation_bytes])
+    lighter = "full_lighter" if worst[1] < worst[0] else "sqrt_lighter"
+    checkpoints = str(-(-f.spec.num_layers // k))
     return Draft(
         _percent(value),
         candidates,
@@ -575,7 +595,15 @@ def every_k_flops(f: ModelFacts) -> Draft | None:
             "sqrt_worst": size_text(scale, worst[0]),
             "full_worst": size_text(scale, worst[1]),
             "none_acts": size_text(scale, f.base.activation_bytes),
+            "checkpoints": checkpoints,
         },
+        lang_values=both(
+            lambda lang: {
+                "memory_sentence": TEMPLATES["sqrt-flops"][lang]
+                .parts[lighter]
+                .format(k=str(k), checkpoints=checkpoints)
+            }
+        ),
         numeric=Numeric(
             value=round(100 * value, 1), unit=AnswerUnit.percent, tolerance=PERCENT_TOLERANCE
         ),

@@ -36,7 +36,7 @@ from memcalc.quiz.figures import (
     format_share,
     share_value,
 )
-from memcalc.quiz.kinds import both, written_sum
+from memcalc.quiz.kinds import both, sum_words
 from memcalc.quiz.templates import LABELS, TEMPLATES
 from memcalc.spec.families import family_of
 from memcalc.spec.finetune import ALL_LINEAR, Quantize
@@ -105,7 +105,9 @@ def lora_trainable(f: ModelFacts) -> Draft | None:
     if ALL_LINEAR not in lora.targets:
         every = f.under(setup.replace(lora=replace(lora, targets=(ALL_LINEAR,))))
         if every is not None:
-            candidates.append(_share(every.params.trainable / every.params.total, "lora.all_linear"))
+            candidates.append(
+                _share(every.params.trainable / every.params.total, "lora.all_linear")
+            )
     candidates += [
         _share(lora.rank / h, "lora.rank_over_width", hidden=str(h)),
         _share(1 - value, "lora.frozen_share"),
@@ -166,12 +168,13 @@ def lora_states(f: ModelFacts) -> Draft | None:
     full_states = full.gradient_bytes + full.optimizer_bytes
     master = b.optimizer_detail.master_weight_bytes
     total = Sum(((1, grads), (1, opt)), value)
-    scale = choose_scale([value, grads, opt, b.parameter_bytes], [total])
+    scale = choose_scale([value, grads, opt, master])
+    large = choose_scale([full_states, b.parameter_bytes])
     shown = {
         "grads": size_text(scale, grads),
         "opt": size_text(scale, opt),
-        "full": size_text(scale, full_states),
-        "weights": size_text(scale, b.parameter_bytes),
+        "full": size_text(large, full_states),
+        "weights": size_text(large, b.parameter_bytes),
         "master": size_text(scale, master),
     }
     candidates: list[tuple[float, str, dict[str, str]]] = [
@@ -193,7 +196,7 @@ def lora_states(f: ModelFacts) -> Draft | None:
         tpl = TEMPLATES["lora-states"][lang].parts
         fill = shown | lora_words(f, setup)[lang] | {"precision": setup.precision.value}
         return {
-            "sum": written_sum(scale, lang, total),
+            "sum": sum_words(scale, lang, total, ["term.gradients", "term.optimizer"]),
             "master_sentence": tpl[master_key].format(**fill),
         }
 
@@ -236,7 +239,16 @@ def lora_activations(f: ModelFacts) -> Draft | None:
 
     def words(lang: Lang) -> dict[str, str]:
         tpl = TEMPLATES["lora-activations"][lang].parts
-        return {"kbit_sentence": tpl["kbit" if kbit else "plain"]}
+        fill = lora_words(f, setup)[lang]
+        return {
+            "kbit_sentence": tpl["kbit" if kbit else "plain"],
+            "compared": tpl["more" if value > full_acts else "close"].format(
+                value=size_text(scale, value, lang), full_acts=shown["full_acts"]
+            ),
+            "base_words": tpl["quantized_base"].format(**fill)
+            if setup.quantize is not Quantize.none
+            else "",
+        }
 
     return Draft(
         size(scale, value),
@@ -274,9 +286,7 @@ def qlora_base_bytes(f: ModelFacts) -> Draft | None:
     value, n = parts.quantized_bytes, parts.quantized_numel
     if not n:
         return None
-    other = {
-        q: parts.stored_as(q) for q in (Quantize.nf4, Quantize.nf4_dq, Quantize.int8)
-    }
+    other = {q: parts.stored_as(q) for q in (Quantize.nf4, Quantize.nf4_dq, Quantize.int8)}
     sixteen = 2 * n
     candidates: list[tuple[float, str, dict[str, str]]] = []
     if quant in (Quantize.nf4, Quantize.fp4):
@@ -380,7 +390,9 @@ def qlora_largest(f: ModelFacts) -> Draft | None:
     def words(lang: Lang) -> dict[str, str]:
         tpl = TEMPLATES["qlora-largest"][lang].parts
         ckpt = (
-            tpl["checkpointing"].format(checkpointed=size_text(scale, checkpointed.activation_bytes))
+            tpl["checkpointing"].format(
+                checkpointed=size_text(scale, checkpointed.activation_bytes)
+            )
             if checkpointed is not None
             else ""
         )
@@ -396,8 +408,9 @@ def qlora_largest(f: ModelFacts) -> Draft | None:
         values={f"{name}_b": shown[name] for name in _PARTS}
         | {
             "largest_b": shown[largest],
-            "ratio": format_share(adapters / parts.quantized_bytes) if parts.quantized_bytes else "",
+            "ratio": format_share(adapters / parts.quantized_bytes)
+            if parts.quantized_bytes
+            else "",
         },
         lang_values=_merge(words_of, both(words)),
     )
-

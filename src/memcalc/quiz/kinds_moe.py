@@ -25,8 +25,8 @@ from memcalc.quiz.draft import (
 )
 from memcalc.quiz.facts import DP_RANKS, ModelFacts
 from memcalc.quiz.figures import Sum, choose_scale, format_params, params_value
-from memcalc.quiz.kinds import both, written_sum
-from memcalc.quiz.kinds_parallel import model_states
+from memcalc.quiz.kinds import both, sum_words
+from memcalc.quiz.kinds_parallel import STATE_TERMS, model_states
 from memcalc.quiz.templates import TEMPLATES
 from memcalc.units import format_flops
 
@@ -116,7 +116,7 @@ def moe_states(f: ModelFacts) -> Draft | None:
     w, g, o = b.parameter_bytes, b.gradient_bytes, b.optimizer_bytes
     total = Sum(((1, w), (1, g), (1, o)), value)
     sharded = f.laid_out(dp=DP_RANKS, zero=3)
-    scale = choose_scale([value, w, g, o, dense], [total])
+    scale = choose_scale([value, w, g, o, dense])
     candidates: list[tuple[float, str, dict[str, str]]] = [
         (dense, "moe.states_active", {}),
         (w, "moe.weights_only", {}),
@@ -131,7 +131,7 @@ def moe_states(f: ModelFacts) -> Draft | None:
             if sharded is not None
             else ""
         )
-        return {"sum": written_sum(scale, lang, total), "zero_sentence": zero}
+        return {"sum": sum_words(scale, lang, total, STATE_TERMS), "zero_sentence": zero}
 
     return Draft(
         size(scale, value),

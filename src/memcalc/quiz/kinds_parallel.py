@@ -27,11 +27,14 @@ from memcalc.quiz.draft import (
 )
 from memcalc.quiz.facts import DP_RANKS, ModelFacts
 from memcalc.quiz.figures import Sum, choose_scale, format_share, share_value
-from memcalc.quiz.kinds import both, written_sum
+from memcalc.quiz.kinds import both, sum_words
 from memcalc.quiz.templates import LABELS, TEMPLATES
 from memcalc.spec.parallel import Parallelism
 from memcalc.strategies.pipeline import in_flight, layer_split
 from memcalc.units import format_seconds
+
+STATE_TERMS = ["term.parameters", "term.gradients", "term.optimizer"]
+"""How a sum of weights + gradients + optimizer states names its terms when listed."""
 
 
 def model_states(b: Breakdown) -> int:
@@ -104,9 +107,7 @@ def zero_model_states(f: ModelFacts) -> Draft | None:
     w, g, o = chosen.parameter_bytes, chosen.gradient_bytes, chosen.optimizer_bytes
     total = Sum(((1, w), (1, g), (1, o)), value)
     tp = f.laid_out(tp=DP_RANKS) if f.tp_degree == DP_RANKS else None
-    scale = choose_scale(
-        [value, w, g, o, *states.values()] + ([model_states(tp)] if tp else []), [total]
-    )
+    scale = choose_scale([value, w, g, o, *states.values()] + ([model_states(tp)] if tp else []))
     candidates: list[tuple[float, str, dict[str, str]]] = [
         (states[1], "zero.stage1", {}),
         (states[3], "zero.stage3", {}),
@@ -128,7 +129,7 @@ def zero_model_states(f: ModelFacts) -> Draft | None:
                 dp_acts=size_text(scale, chosen.activation_bytes, lang),
                 tp_acts=size_text(scale, tp.activation_bytes, lang),
             )
-        return {"sum": written_sum(scale, lang, total), "tp_sentence": sentence}
+        return {"sum": sum_words(scale, lang, total, STATE_TERMS), "tp_sentence": sentence}
 
     return Draft(
         size(scale, value),
@@ -171,8 +172,7 @@ def pp_first_stage(f: ModelFacts) -> Draft | None:
     if value % held:
         return None
     one = value // held
-    product = Sum(((held, one),), value)
-    scale = choose_scale([value, one, f.base.activation_bytes, last.activation_bytes], [product])
+    scale = choose_scale([value, one, f.base.activation_bytes, last.activation_bytes])
     candidates: list[tuple[float, str, dict[str, str]]] = [
         (one, "pp.one_micro", {}),
         (m * one, "pp.all_micro", {}),
@@ -193,7 +193,6 @@ def pp_first_stage(f: ModelFacts) -> Draft | None:
             "base_acts": size_text(scale, f.base.activation_bytes),
             "last_acts": size_text(scale, last.activation_bytes),
         },
-        lang_values=both(lambda lang: {"product": written_sum(scale, lang, product)}),
         numeric=numeric_size(scale, value),
     )
 
