@@ -67,8 +67,14 @@ def kind_of(question: Question) -> Kind | None:
 
 
 def _other_depth(spec: ModelSpec) -> ModelSpec:
-    """The preset whose number of blocks is closest to ``spec``'s but different."""
-    others = [s for s in PRESETS.values() if s.num_layers != spec.num_layers]
+    """The preset whose number of blocks is closest to ``spec``'s but different, of the same
+    kind (a mixture of experts for a mixture of experts, else a dense model), so the sibling
+    can ask the same question."""
+    others = [
+        s
+        for s in PRESETS.values()
+        if s.num_layers != spec.num_layers and (s.moe is None) == (spec.moe is None)
+    ]
     return min(others, key=lambda s: (abs(s.num_layers - spec.num_layers), s.name))
 
 

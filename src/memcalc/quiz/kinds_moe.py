@@ -50,7 +50,7 @@ def _has_shared_experts(f: ModelFacts) -> bool:
     concept="moe-total-vs-active",
     topic=Topic.moe,
     difficulty=Difficulty.easy,
-    variation=Variation.batch,
+    variation=Variation.depth,
 )
 def moe_active(f: ModelFacts) -> Draft | None:
     """Parameters one token uses: all but the routed experts, plus top_k / E of them."""
