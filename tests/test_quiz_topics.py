@@ -290,3 +290,70 @@ def test_every_new_kind_has_a_sibling_for_review(model):
         assert sibling is not None, name
         assert sibling.concept == asked[name].concept
         assert sibling.en.prompt != asked[name].en.prompt, name
+
+
+# --- audit of issue 14's checklist -----------------------------------------------------------
+
+
+def test_adamw_step_counters_are_host_memory_unless_fused_in_estimate_and_quiz():
+    """torch ``optim/adam.py`` ``_init_group`` (``adamw.py`` carries the same lines before
+    AdamW became a subclass of Adam): ``state["step"] = torch.zeros((), ...,
+    device=p.device) if group["capturable"] or group["fused"] else torch.tensor(0.0, ...)``,
+    "Deliberately host `step` on CPU if both capturable and fused are off". Llama 2 7B has
+    32 x 9 + 3 = 291 parameter tensors, so 1,164 bytes of 4-byte step scalars: on the CPU
+    for the default AdamW, on the GPU for the fused one."""
+    spec, gpu = preset("llama-2-7b"), load_profile("a100-sxm-80gb")
+    default = estimate(spec, TrainingSetup(), gpu)
+    fused = estimate(spec, TrainingSetup(optimizer_fused=True), gpu)
+    d = default.optimizer_detail
+    assert d.step_tensor_bytes == 4 * (32 * 9 + 3) == 1_164
+    assert default.optimizer_bytes == d.state_bytes + d.master_weight_bytes
+    assert fused.optimizer_bytes == default.optimizer_bytes + 1_164
+    for flag, b, words in (
+        ((), default, "keeps each step as a CPU tensor"),
+        (("--fused",), fused, "only for fused or capturable Adam"),
+    ):
+        result = quiz(
+            "--model", "llama-2-7b", "--gpu", "a100-sxm-80gb", *flag, "--source", "model",
+            "--topic", "optimizer", "--reveal", "--format", "json",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        (q,) = [q for q in json.loads(result.stdout)["questions"] if "optimizer-states" in q["id"]]
+        assert words in q["explanation"]
+        assert shows(q["options"][ord(q["correct"]) - ord("a")], b.optimizer_bytes)
+
+
+def test_setup_flags_reach_the_questions_through_the_command_line():
+    """--optimizer, --attention, --precision and --gpu, as typed: the computed questions
+    name them and their answers are the estimate of that setup."""
+    args = ("--model", "gpt2", "--gpu", "t4-16gb", "--precision", "fp32")
+    args += ("--optimizer", "sgd-momentum", "--attention", "eager")
+    result = quiz(*args, "--source", "model", "--count", "40", "--reveal", "--format", "json")
+    assert result.exit_code == 0, result.output
+    qs = {q["id"].removeprefix("model-"): q for q in json.loads(result.stdout)["questions"]}
+    gpu = load_profile("t4-16gb")
+    setup = TrainingSetup(precision="fp32", optimizer="sgd-momentum", attention="eager")
+    b = estimate(preset("gpt2"), setup, gpu)
+
+    def answer(name: str) -> str:
+        return qs[name]["options"][ord(qs[name]["correct"]) - ord("a")]
+
+    assert "sgd-momentum" in qs["optimizer-states"]["prompt"]
+    assert shows(answer("optimizer-states"), b.optimizer_bytes)
+    assert "eager attention" in qs["activations"]["prompt"]
+    assert shows(answer("activations"), b.activation_bytes)
+    assert shows(answer("weights"), 4 * b.params.total)  # fp32 weights
+    assert gpu.display_name in qs["fits"]["prompt"]
+
+
+@pytest.mark.parametrize("model", ["llama-2-7b", "mixtral-8x7b"])
+def test_new_topics_in_urdu_read_right_to_left(model):
+    from test_quiz_urdu import _check_rtl
+
+    result = quiz(
+        "--model", model, "--lang", "ur", "--source", "model", "--topic", "lora,parallel,moe",
+        "--count", "20", "--reveal",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert _check_rtl(result.stdout) > 30
+    assert "پیرالل ازم" in result.stdout
