@@ -26,8 +26,8 @@ from memcalc.quiz.draft import (
     size_text,
 )
 from memcalc.quiz.facts import DP_RANKS, ModelFacts
-from memcalc.quiz.figures import Sum, choose_scale, format_share, share_value
-from memcalc.quiz.kinds import both, sum_words
+from memcalc.quiz.figures import Scale, Sum, choose_scale, format_share, share_value
+from memcalc.quiz.kinds import both, sum_words, written_sum
 from memcalc.quiz.templates import LABELS, TEMPLATES
 from memcalc.spec.parallel import Parallelism
 from memcalc.strategies.pipeline import in_flight, layer_split
@@ -172,7 +172,11 @@ def pp_first_stage(f: ModelFacts) -> Draft | None:
     if value % held:
         return None
     one = value // held
+    product = Sum(((held, one),), value)
     scale = choose_scale([value, one, f.base.activation_bytes, last.activation_bytes])
+    more = Scale(scale.unit, scale.digits + 1)  # one digit more, if the product then holds
+    if not scale.holds(product) and more.holds(product):
+        scale = more
     candidates: list[tuple[float, str, dict[str, str]]] = [
         (one, "pp.one_micro", {}),
         (m * one, "pp.all_micro", {}),
@@ -193,6 +197,13 @@ def pp_first_stage(f: ModelFacts) -> Draft | None:
             "base_acts": size_text(scale, f.base.activation_bytes),
             "last_acts": size_text(scale, last.activation_bytes),
         },
+        lang_values=both(
+            lambda lang: {
+                "product": written_sum(scale, lang, product)
+                if scale.holds(product)
+                else f"{held} × {size_text(scale, one, lang)} ≈ {size_text(scale, value, lang)}"
+            }
+        ),
         numeric=numeric_size(scale, value),
     )
 

@@ -77,7 +77,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "backward?",
             explanation="Under 1F1B, stage 0 runs p = {p} forwards before its first backward "
             "(the first micro-batch must reach the last stage and come back), so it holds "
-            "{held} micro-batches of its own layers, {held} × {one}: {value}. That is about "
+            "{held} micro-batches of its own layers: {product}. That is about "
             "what the whole model keeps for one micro-batch ({base_acts}): 1/p of the layers "
             "for p micro-batches (Korthikanti et al. 2022, sec. 4.2.3). The last stage holds "
             "one micro-batch at a time ({last_acts}), so the first stage is the one to check.",
@@ -89,7 +89,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "ہے؟",
             explanation="1F1B میں اسٹیج 0 اپنے پہلے بیک ورڈ سے پہلے p = {p} فارورڈ چلاتا ہے "
             "(پہلے مائیکرو بیچ کو آخری اسٹیج تک جا کر واپس آنا ہوتا ہے)، اس لیے وہ اپنی لیئرز "
-            "کے {held} مائیکرو بیچز رکھتا ہے، {held} × {one}: {value}۔ یہ تقریباً اتنا ہے جتنا "
+            "کے {held} مائیکرو بیچز رکھتا ہے: {product}۔ یہ تقریباً اتنا ہے جتنا "
             "پورا ماڈل ایک مائیکرو بیچ کے لیے رکھتا ہے ({base_acts}): لیئرز کا 1/p حصہ، p "
             "مائیکرو بیچز کے لیے (Korthikanti et al. 2022، سیکشن 4.2.3)۔ آخری اسٹیج ایک وقت "
             "میں ایک ہی مائیکرو بیچ رکھتا ہے ({last_acts})، اس لیے جانچنا پہلے اسٹیج کو ہے۔",
