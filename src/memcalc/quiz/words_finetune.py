@@ -130,7 +130,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             explanation="{storage_sentence}In all {value}, against {sixteen} in 16-bit. The "
             "embeddings, norms and LM head are not quantized and take {frozen_b} more.",
             parts={
-                "nf4": "NF4 keeps a 4-bit code per weight (0.5 bytes) and one fp32 absmax per "
+                "nf4": "{quant} keeps a 4-bit code per weight (0.5 bytes) and one fp32 absmax per "
                 "block of 64 weights (4/64 = 1/16 bytes): 0.5 + 1/16 = {per_param} bytes per "
                 "weight, plus a 16-entry code table per tensor (bitsandbytes "
                 "quantize_4bit, blocksize 64). ",
@@ -150,7 +150,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             explanation="{storage_sentence}کل {value}، جبکہ 16-bit میں یہ {sixteen} ہوتے۔ "
             "ایمبیڈنگز، نارمز اور LM ہیڈ کوانٹائز نہیں ہوتے اور مزید {frozen_b} لیتے ہیں۔",
             parts={
-                "nf4": "NF4 ہر ویٹ کا 4-bit کوڈ (0.5 بائٹ) رکھتا ہے اور 64 ویٹس کے ہر بلاک کا "
+                "nf4": "{quant} ہر ویٹ کا 4-bit کوڈ (0.5 بائٹ) رکھتا ہے اور 64 ویٹس کے ہر بلاک کا "
                 "ایک fp32 absmax (4/64 = 1/16 بائٹ): فی ویٹ 0.5 + 1/16 = {per_param} بائٹس، "
                 "ساتھ ہر ٹینسر کی 16 اندراجات والی کوڈ ٹیبل (bitsandbytes کا quantize_4bit، "
                 "بلاک سائز 64)۔ ",
