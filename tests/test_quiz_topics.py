@@ -357,3 +357,21 @@ def test_new_topics_in_urdu_read_right_to_left(model):
     assert result.exit_code == 0, result.output
     assert _check_rtl(result.stdout) > 30
     assert "پیرالل ازم" in result.stdout
+
+
+def test_the_new_topics_never_import_torch():
+    """Generating every kind (LoRA variants, layouts, MoE) stays in the torch-free core."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from memcalc.quiz.generate import model_questions\n"
+        "from memcalc.profiles import load_profile\n"
+        "from memcalc.spec.presets import preset\n"
+        "from memcalc.spec.training import TrainingSetup\n"
+        "for m in ('llama-2-7b', 'mixtral-8x7b'):\n"
+        "    model_questions(preset(m), TrainingSetup(), load_profile('h100-sxm-80gb'))\n"
+        "sys.exit('torch' in sys.modules or 'transformers' in sys.modules)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
