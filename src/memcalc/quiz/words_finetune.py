@@ -261,7 +261,7 @@ MISTAKES: dict[Lang, dict[str, str]] = {
     Lang.ur: {
         "lora.all_linear": "یہ ہر لینیئر لیئر (all-linear) پر اڈاپٹرز والا حصہ ہے؛ یہاں "
         "صرف {targets} اڈاپٹ ہوئے ہیں۔",
-        "lora.rank_over_width": "یہ r / hidden size ({rank} / {hidden}) ہے: ایک اڈاپٹر کی "
+        "lora.rank_over_width": "یہ r / ہِڈن سائز ({rank} / {hidden}) ہے: ایک اڈاپٹر کی "
         "چوڑائی کا ایک لیئر سے موازنہ، پورے ماڈل کے مقابلے میں ٹرین ہونے والے پیرامیٹرز نہیں۔",
         "lora.frozen_share": "یہ منجمد حصہ ہے: بیس ویٹس جنہیں LoRA جوں کا توں چھوڑ دیتا ہے۔",
         "lora.everything": "یہ مکمل فائن ٹیوننگ ہے؛ LoRA بیس کو منجمد کر کے صرف اڈاپٹرز "
