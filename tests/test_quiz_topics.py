@@ -72,16 +72,14 @@ def test_every_new_kind_is_registered_with_words_in_both_languages():
 
 @pytest.mark.parametrize("model", ["gpt2", "llama-2-7b", "qwen2.5-0.5b", "mixtral-8x7b"])
 def test_new_kinds_are_asked_for_each_model(model):
-    """Dense models get every new kind but the MoE ones; an MoE gets those, and no LoRA
-    kind (the estimate counts fused expert weights as trained under LoRA; PEFT freezes
-    them)."""
+    """Dense models get every new kind but the MoE ones; an MoE gets every one (its routed
+    experts stay frozen under LoRA, as PEFT leaves them)."""
     asked = set(_questions(model)) & NEW_KINDS
     moe = {"moe-active", "moe-states"}
-    lora = {k for k in NEW_KINDS if KINDS[k].topic is Topic.lora}
     if preset(model).moe is None:
         assert asked == NEW_KINDS - moe
     else:
-        assert asked == NEW_KINDS - lora
+        assert asked == NEW_KINDS
 
 
 @pytest.mark.parametrize("model", ["llama-2-7b", "mixtral-8x7b", "gpt2"])

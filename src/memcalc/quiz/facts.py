@@ -222,12 +222,9 @@ class ModelFacts:
     def lora_setup(self) -> TrainingSetup | None:
         """The learner's LoRA setup; without one, LoRA r = ``LORA_RANK`` on PEFT's default
         targets for the family (every linear when the family has none this model matches);
-        None when the estimate refuses both, and for a mixture of experts: the estimate
-        counts the routed experts' fused 3-D weights as trained under LoRA (PEFT freezes
-        them), so its LoRA numbers for MoE models are not ones to teach.
+        None when the estimate refuses both. (A mixture of experts' routed experts stay
+        frozen under LoRA, as PEFT leaves their fused weights.)
         """
-        if self.spec.moe is not None:
-            return None
         if self.fine_tuned:
             return self.setup
         for targets in ((), (ALL_LINEAR,)):
