@@ -89,7 +89,7 @@ class _Walk:
         if blk.ops and blk.ops[-1].writes:
             steps = _simulate(blk, mode)
         else:
-            steps = _coarse(blk)
+            steps = _coarse(blk, mode)
         return cls(_undominated(steps))
 
 
@@ -108,9 +108,21 @@ def _undominated(steps: list[_Step]) -> tuple[_Step, ...]:
     return tuple(reversed(out))
 
 
-def _coarse(blk: Block) -> list[_Step]:
-    """A block without dataflow (a traced graph): each op holds its ``grad_bytes`` beside the
-    residual stream's gradient, and the saved tensors of the ops before it."""
+def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
+    """A block without dataflow: each op holds its ``grad_bytes`` beside the residual
+    stream's gradient, and the saved tensors of the ops before it (a storage is freed with the
+    backward of the first op that saved it: ``Node::release_variables`` after it has run).
+
+    Selective recompute (a non-reentrant checkpoint around the attention core,
+    ``torch/utils/checkpoint.py``): the checkpoint's inputs nothing else saves (k and v before
+    ``repeat_kv``) are held by its ``_NoopSaveInputs`` node, the core's first node in forward
+    and so its last in backward: alive until the core's backward is done. Its recompute,
+    started by the first unpack (the AV matmul's backward), rebuilds ``repeat_kv``'s copy of
+    k and, from it, the contiguous k^T copy the q @ k^T matmul saves: both are alive until the
+    core's backward is done (without recompute the forward frees the first; measured with the
+    CPU tracker on Llama, Mistral, Qwen3: one T x a*d tensor more from the AV matmul's
+    backward to the q @ k^T's; not under autocast, where the matmul saves a 16-bit cast).
+    """
     held_after: list[int] = []
     seen: set[str] = set()
     total = 0
@@ -120,10 +132,25 @@ def _coarse(blk: Block) -> list[_Step]:
                 seen.add(saved.name)
                 total += saved.nbytes
         held_after.append(total)
+    core = [j for j, op in enumerate(blk.ops) if op.attention_core]
+    rebuilt = blk.core_only_names if mode is Mode.selective and core else set()
+    inputs = sum(t.nbytes for t in blk.core_inputs if t.name not in seen) if rebuilt else 0
+    kept_copy = (
+        sum(
+            st.nbytes
+            for st in blk.ops[core[0]].saves
+            if st.name in rebuilt and st.name.endswith("k_repeated")
+        )
+        if rebuilt
+        else 0
+    )
     steps = []
     written = 0
     residual = blk.input.nbytes
-    for op, held in zip(reversed(blk.ops), reversed(held_after), strict=True):
+    for j in range(len(blk.ops) - 1, -1, -1):
+        op, held = blk.ops[j], held_after[j]
+        if rebuilt and j >= core[0]:
+            held += inputs + (kept_copy if j <= core[-1] else 0)
         written += op.params  # this op's backward writes its weight gradients
         steps.append(_Step(held, op.name, op.grad_bytes + residual, written, residual))
     return steps
@@ -255,9 +282,7 @@ def _simulate(blk: Block, mode: Mode) -> list[_Step]:
                 drop(gid)  # old.add_(new) in place
             else:
                 total = new(tensors[old][0])  # old + new into a new tensor
-                steps.append(
-                    _Step(held(j - 1, rebuilt_now), op.name, live(), written, 0)
-                )
+                steps.append(_Step(held(j - 1, rebuilt_now), op.name, live(), written, 0))
                 drop(old)
                 drop(gid)
                 buffers[name] = total
@@ -507,8 +532,10 @@ def step_timeline(
         c * blk.weight_cast_bytes
         for blk, c in zip(graph.kinds, plan.fully_recomputed, strict=False)
     )
+
     def walk_at(i: int) -> _Walk:
         return _walk(graph.block(i), layer_mode(plan, i))
+
     epilogue = graph.epilogue_saved_bytes
     has_loss = setup.loss is Loss.standard and graph.logits is not None
 
