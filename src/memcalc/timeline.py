@@ -114,7 +114,9 @@ def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
     backward of the first op that saved it: ``Node::release_variables`` after it has run).
 
     Selective recompute (a non-reentrant checkpoint around the attention core,
-    ``torch/utils/checkpoint.py``): the checkpoint's inputs nothing else saves (k and v before
+    ``torch/utils/checkpoint.py``): the core's own saved tensors exist only from the first
+    unpack -- the AV matmul's backward -- on (the ops after the core run their backward
+    without them); the checkpoint's inputs nothing else saves (k and v before
     ``repeat_kv``) are held by its ``_NoopSaveInputs`` node, the core's first node in forward
     and so its last in backward: alive until the core's backward is done. Its recompute,
     started by the first unpack (the AV matmul's backward), rebuilds ``repeat_kv``'s copy of
@@ -149,8 +151,10 @@ def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
     residual = blk.input.nbytes
     for j in range(len(blk.ops) - 1, -1, -1):
         op, held = blk.ops[j], held_after[j]
-        if rebuilt and j >= core[0]:
-            held += inputs + (kept_copy if j <= core[-1] else 0)
+        if rebuilt and j > core[-1]:
+            held += inputs - blk.core_only_bytes  # the core not rebuilt yet
+        elif rebuilt and j >= core[0]:
+            held += inputs + kept_copy
         written += op.params  # this op's backward writes its weight gradients
         steps.append(_Step(held, op.name, op.grad_bytes + residual, written, residual))
     return steps
