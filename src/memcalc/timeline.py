@@ -156,7 +156,8 @@ def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
         elif rebuilt and j >= core[0]:
             held += inputs + kept_copy
         written += op.params  # this op's backward writes its weight gradients
-        steps.append(_Step(held, op.name, op.grad_bytes + residual, written, residual))
+        grads = op.grad_bytes - (op.recompute_freed if mode is Mode.full else 0)
+        steps.append(_Step(held, op.name, grads + residual, written, residual))
     return steps
 
 

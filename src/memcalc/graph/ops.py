@@ -129,6 +129,9 @@ class Op:
     largest moment (``pow_backward``: ``self.pow(1)`` and ``2 * that``)."""
     forward_scratch: int = 0
     """Bytes its forward makes besides its output (a dtype conversion inside ``softmax``)."""
+    recompute_freed: int = 0
+    """Bytes of ``grad_bytes`` already freed when its block was rebuilt by a checkpoint's
+    recompute (the backward of the ops after it ran before the recompute)."""
 
     @property
     def has_flow(self) -> bool:
@@ -262,6 +265,7 @@ class Block:
                 op.alias_output,
                 op.backward_scratch,
                 op.forward_scratch,
+                op.recompute_freed,
             )
             for op in self.ops
         )
