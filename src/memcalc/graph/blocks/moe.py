@@ -288,10 +288,12 @@ def routed_experts(
         "aten.index(weighted, inv_perm): saves indices; view(T, k, h).sum(1) saves nothing",
         grads=(3 * S + dims.T) * h * weighted.itemsize + pending,
     )
-    if weighted is not x.dtype:
-        # the .to(x.dtype) copy's gradient (T x h, weighted dtype): with the block rebuilt by
-        # a checkpoint, ToCopyBackward and the sum's backward run before the recompute and
-        # it is gone by index's backward (measured: Mixtral bf16, full and every-k recompute)
+    # the (T x h) gradient of the sum (the .to() copy's, in the weighted dtype): with the
+    # block rebuilt by a checkpoint, ToCopyBackward and the sum's backward run before the
+    # recompute and it is gone by index's backward (measured: Mixtral bf16 and Qwen3-MoE,
+    # full and every-k recompute). Beside a shared expert it stays: the sum of the two
+    # outputs hands the same gradient to both branches (measured: DeepSeek-V2).
+    if not moe.shared_size:
         sc.ops[-1] = replace(sc.ops[-1], recompute_freed=dims.T * h * weighted.itemsize)
 
 
