@@ -30,6 +30,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _requires import require  # noqa: E402
+
+require("torch", "transformers")
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "benchmarks" / "peak_grid.json"
 FAMILIES = ("gpt2", "llama", "mixtral")
