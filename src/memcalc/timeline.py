@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 from memcalc.graph.layout import Layout
-from memcalc.graph.ops import Block, Component, OpGraph
+from memcalc.graph.ops import Block, Component, Op, OpGraph, Saved
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
-from memcalc.strategies.recompute import ActivationPlan
+from memcalc.strategies.recompute import ActivationPlan, Segments
 from memcalc.strategies.sharding import NO_SHARDING, Sharding
 
 
@@ -48,43 +49,317 @@ class Moment:
         )
 
 
+class Mode(str, Enum):
+    """What a layer's backward starts from (the recompute choice it makes)."""
+
+    kept = "kept"
+    """Every saved tensor kept from the forward (no recompute, or a layer of an every-k
+    segment below its last, whose tensors the segment's recompute has rebuilt already)."""
+    selective = "selective"
+    """The attention core rebuilt when its backward needs it (a checkpoint around it)."""
+    full = "full"
+    """The whole layer rebuilt at the first unpack (the last layer of a checkpointed
+    segment): ``torch/utils/checkpoint.py``, non-reentrant ``_checkpoint_hook.unpack_hook``."""
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One moment of a layer's backward."""
+
+    held: int
+    """Bytes of the layer's own saved tensors alive."""
+    name: str
+    transient: int
+    """Activation gradients, the backward's scratch and a recompute's forward tensors."""
+    written: int
+    """Elements of the parameters whose gradients exist (this layer's)."""
+    incoming: int
+    """Bytes of the gradient the layer's backward started from, still alive."""
+
+
 @dataclass(frozen=True)
 class _Walk:
-    """One block kind's backward, op by op from its last op: at each op, the saved bytes still
-    held, the op, its activation-gradient bytes and the parameter elements written so far."""
+    """One block kind's backward, moment by moment from its last op (only the moments no
+    later one dominates: a later moment has at least as many gradients written)."""
 
-    steps: tuple[tuple[int, str, int, int], ...]
+    steps: tuple[_Step, ...]
 
     @classmethod
-    def of(cls, blk: Block) -> _Walk:
-        held_after: list[int] = []
-        seen: set[str] = set()
-        total = 0
-        for op in blk.ops:
-            for saved in op.saves:
-                if saved.name not in seen:
-                    seen.add(saved.name)
-                    total += saved.nbytes
-            held_after.append(total)
-        steps = []
-        written = 0
-        for op, held in zip(reversed(blk.ops), reversed(held_after), strict=True):
-            written += op.params  # this op's backward writes its weight gradients
-            steps.append((held, op.name, op.grad_bytes, written))
-        return cls(tuple(steps))
+    def of(cls, blk: Block, mode: Mode) -> _Walk:
+        if blk.ops and blk.ops[-1].writes:
+            steps = _simulate(blk, mode)
+        else:
+            steps = _coarse(blk, mode)
+        return cls(_undominated(steps))
 
 
-_WALKS: dict[int, tuple[Block, _Walk]] = {}
+def _undominated(steps: list[_Step]) -> tuple[_Step, ...]:
+    """The steps not dominated by a later one (which has written at least as much): a step
+    is kept only when its total (with and without the incoming gradient) beats every later
+    step's."""
+    out: list[_Step] = []
+    best = best_out = -1
+    for st in reversed(steps):
+        total = st.held + st.transient
+        if total > best or total - st.incoming > best_out:
+            out.append(st)
+        best = max(best, total)
+        best_out = max(best_out, total - st.incoming)
+    return tuple(reversed(out))
 
 
-def _walk(blk: Block) -> _Walk:
-    """The block's walk, computed once per block object (the planner re-estimates one lowered
-    graph many times)."""
-    hit = _WALKS.get(id(blk))
+def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
+    """A block without dataflow: each op holds its ``grad_bytes`` beside the residual
+    stream's gradient, and the saved tensors of the ops before it (a storage is freed with the
+    backward of the first op that saved it: ``Node::release_variables`` after it has run).
+
+    Selective recompute (a non-reentrant checkpoint around the attention core,
+    ``torch/utils/checkpoint.py``): the core's own saved tensors exist only from the first
+    unpack -- the AV matmul's backward -- on (the ops after the core run their backward
+    without them); the checkpoint's inputs nothing else saves (k and v before
+    ``repeat_kv``) are held by its ``_NoopSaveInputs`` node, the core's first node in forward
+    and so its last in backward: alive until the core's backward is done. Its recompute,
+    started by the first unpack (the AV matmul's backward), rebuilds ``repeat_kv``'s copy of
+    k and, from it, the contiguous k^T copy the q @ k^T matmul saves: both are alive until the
+    core's backward is done (without recompute the forward frees the first; measured with the
+    CPU tracker on Llama, Mistral, Qwen3: one T x a*d tensor more from the AV matmul's
+    backward to the q @ k^T's; not under autocast, where the matmul saves a 16-bit cast).
+    """
+    held_after: list[int] = []
+    seen: set[str] = set()
+    total = 0
+    for op in blk.ops:
+        for saved in op.saves:
+            if saved.name not in seen:
+                seen.add(saved.name)
+                total += saved.nbytes
+        held_after.append(total)
+    core = [j for j, op in enumerate(blk.ops) if op.attention_core]
+    rebuilt = blk.core_only_names if mode is Mode.selective and core else set()
+    inputs = sum(t.nbytes for t in blk.core_inputs if t.name not in seen) if rebuilt else 0
+    kept_copy = (
+        sum(
+            st.nbytes
+            for st in blk.ops[core[0]].saves
+            if st.name in rebuilt and st.name.endswith("k_repeated")
+        )
+        if rebuilt
+        else 0
+    )
+    steps = []
+    written = 0
+    residual = blk.input.nbytes
+    for j in range(len(blk.ops) - 1, -1, -1):
+        op, held = blk.ops[j], held_after[j]
+        if rebuilt and j > core[-1]:
+            held += inputs - blk.core_only_bytes  # the core not rebuilt yet
+        elif rebuilt and j >= core[0]:
+            held += inputs + kept_copy
+        written += op.params  # this op's backward writes its weight gradients
+        grads = op.grad_bytes - (op.recompute_freed if mode is Mode.full else 0)
+        steps.append(_Step(held, op.name, grads + residual, written, residual))
+    return steps
+
+
+def _grad_nbytes(t: Saved) -> int:
+    """A gradient has its tensor's dtype and shape (autograd's ``validate_outputs`` casts it
+    to the input's metadata)."""
+    return t.numel * t.dtype.itemsize
+
+
+def _simulate(blk: Block, mode: Mode) -> list[_Step]:
+    """The backward of one layer, op by op, as autograd runs it (``torch/csrc/autograd``).
+
+    Order: the engine runs the ready node with the highest sequence number -- for one
+    device, the ops in reverse forward order (``engine.cpp``, ``ReadyQueue``). Saved tensors:
+    a node releases what it saved once it has run (``Node::release_variables``), so a
+    storage lives until the backward of the first op (in forward order) that saved it.
+    Gradients: a node's output gradients sit in its input buffer from the backward that
+    produced them until the node runs; a second gradient for the same tensor is added in place
+    when the buffer holds the only reference (``input_buffer.cpp`` ``accumulate``; the CPU
+    tracker's dispatch mode keeps a reference, so there it adds out of place -- not
+    modelled), else into a new tensor. A node's moment holds its saved tensors, every live
+    gradient, its inputs' new gradients and its formula's scratch.
+    Recompute (``torch/utils/checkpoint.py``, non-reentrant): the first unpack of a tensor
+    saved inside the checkpoint replays its forward up to the last saved tensor (early stop,
+    ``_StopRecomputationError``) and keeps each saved tensor until its own unpack
+    (``frame.recomputed``, dropped with the holder's handle); until then the layer holds
+    nothing of it. The checkpoint's inputs (``_NoopSaveInputs``) live until its backward is
+    done -- the layer's own input is added by the timeline; selective recompute's core inputs
+    are freed with the core's first op.
+    """
+    ops = blk.ops
+    first: dict[str, int] = {}
+    size: dict[str, int] = {}
+    for j, op in enumerate(ops):
+        for st in op.saves:
+            first.setdefault(st.name, j)
+            size.setdefault(st.name, st.nbytes)
+    if mode is Mode.selective:
+        region = [j for j, op in enumerate(ops) if op.attention_core]
+        rebuilt = set(blk.core_only_names)
+        if rebuilt and region:
+            for t in blk.core_inputs:
+                if t.name not in size:
+                    size[t.name], first[t.name] = t.nbytes, region[0]
+        else:
+            region = []
+    elif mode is Mode.full:
+        region, rebuilt = list(range(len(ops))), set(size)
+    else:
+        region, rebuilt = [], set()
+    savers = [j for j in region if any(st.name in rebuilt for st in ops[j].saves)]
+    trigger = max(savers) if savers else -1
+
+    # gradient buffers: tensor name -> buffer id; buffer id -> [bytes, references]
+    buffers: dict[str, int] = {}
+    tensors: dict[int, list[int]] = {}
+    ids = iter(range(1 << 30))
+
+    def new(nbytes: int) -> int:
+        gid = next(ids)
+        tensors[gid] = [nbytes, 1]
+        return gid
+
+    def drop(gid: int) -> None:
+        tensors[gid][1] -= 1
+        if not tensors[gid][1]:
+            del tensors[gid]
+
+    def live() -> int:
+        return sum(b for b, _ in tensors.values())
+
+    out = ops[-1].writes[0]
+    incoming = new(_grad_nbytes(out))
+    buffers[out.name] = incoming
+
+    def held(j: int, rebuilt_now: bool) -> int:
+        return sum(
+            b
+            for name, b in size.items()
+            if first[name] <= j and (rebuilt_now or name not in rebuilt)
+        )
+
+    steps: list[_Step] = []
+    written = 0
+    for j in range(len(ops) - 1, -1, -1):
+        op = ops[j]
+        rebuilt_now = j <= trigger
+        if j == trigger:
+            replay = _replay(ops, region, trigger, rebuilt, blk)
+            steps.append(
+                _Step(
+                    held(j, False),
+                    f"{op.name} (recompute)",
+                    live() + replay,
+                    written,
+                    tensors[incoming][0] if incoming in tensors else 0,
+                )
+            )
+        grads = [buffers.pop(t.name) for t in op.writes if t.name in buffers]
+        made: list[tuple[str, int]] = []
+        if grads or not op.writes:
+            for t in op.reads:
+                if not t.needs_grad:
+                    continue
+                if op.alias_grad and grads:
+                    tensors[grads[0]][1] += 1
+                    made.append((t.name, grads[0]))
+                else:
+                    made.append((t.name, new(_grad_nbytes(t))))
+        written += op.params
+        steps.append(
+            _Step(
+                held(j, rebuilt_now),
+                op.name,
+                live() + op.backward_scratch,
+                written,
+                tensors[incoming][0] if incoming in tensors else 0,
+            )
+        )
+        for gid in grads:
+            drop(gid)
+        for name, gid in made:
+            old = buffers.get(name)
+            if old is None:
+                buffers[name] = gid
+            elif tensors[old][1] == 1 and gid != old:
+                drop(gid)  # old.add_(new) in place
+            else:
+                total = new(tensors[old][0])  # old + new into a new tensor
+                steps.append(_Step(held(j - 1, rebuilt_now), op.name, live(), written, 0))
+                drop(old)
+                drop(gid)
+                buffers[name] = total
+    return steps
+
+
+def _replay(
+    ops: tuple[Op, ...], region: list[int], stop: int, rebuilt: set[str], blk: Block
+) -> int:
+    """The most bytes a checkpoint's recompute holds while it replays ``region`` up to
+    ``stop`` (its last op that saves something, where early stop ends it): the tensors
+    saved so far and the forward tensors still to be read (a view keeps its base)."""
+    ran = [j for j in region if j <= stop]
+    inside = {t.name for j in ran for t in ops[j].writes}
+    base: dict[str, str] = {}
+    nbytes: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for j in ran:
+        op = ops[j]
+        for t in op.writes:
+            if op.alias_output and op.reads:
+                base[t.name] = base.get(op.reads[0].name, op.reads[0].name)
+            else:
+                nbytes[t.name] = t.nbytes
+        for t in op.reads:
+            root = base.get(t.name, t.name)
+            last[root] = j
+    # tensors read after the stop (or the region's outputs) stay alive to its end
+    later = {t.name for j in range(stop + 1, len(ops)) for t in ops[j].reads}
+    later |= {t.name for t in ops[region[-1]].writes} if region else set()
+    for name in later:
+        root = base.get(name, name)
+        if root in inside:
+            last[root] = stop + 1
+    saved: set[str] = set()
+    saved_bytes = 0
+    best = 0
+    for j in ran:
+        op = ops[j]
+        for st in op.saves:
+            if st.name in rebuilt and st.name not in saved:
+                saved.add(st.name)
+                saved_bytes += st.nbytes
+        own = {t.name for t in op.writes}
+        alive = 0
+        for name, b in nbytes.items():
+            if name in saved:
+                continue
+            made = name in own
+            if made and j == stop and not (own & {st.name for st in op.saves}):
+                continue  # early stop: the last op's inputs are packed before it runs
+            written_before = any(name in {t.name for t in ops[p].writes} for p in ran if p <= j)
+            if written_before and last.get(name, -1) >= j:
+                alive += b
+            elif made:
+                alive += b
+        best = max(best, saved_bytes + alive + (op.forward_scratch if j != stop else 0))
+    del blk
+    return best
+
+
+_WALKS: dict[tuple[int, Mode], tuple[Block, _Walk]] = {}
+
+
+def _walk(blk: Block, mode: Mode = Mode.kept) -> _Walk:
+    """The block's walk, computed once per block object and mode (the planner re-estimates
+    one lowered graph many times)."""
+    hit = _WALKS.get((id(blk), mode))
     if hit is None or hit[0] is not blk:
         if len(_WALKS) > 4096:
             _WALKS.clear()
-        hit = _WALKS[id(blk)] = (blk, _Walk.of(blk))
+        hit = _WALKS[(id(blk), mode)] = (blk, _Walk.of(blk, mode))
     return hit[1]
 
 
@@ -262,8 +537,10 @@ def step_timeline(
         c * blk.weight_cast_bytes
         for blk, c in zip(graph.kinds, plan.fully_recomputed, strict=False)
     )
-    residual_grad = graph.block(0).input.nbytes if n else 0
-    walks = tuple(_walk(b) for b in graph.kinds)
+
+    def walk_at(i: int) -> _Walk:
+        return _walk(graph.block(i), layer_mode(plan, i))
+
     epilogue = graph.epilogue_saved_bytes
     has_loss = setup.loss is Loss.standard and graph.logits is not None
 
@@ -332,15 +609,18 @@ def step_timeline(
             # FSDP2 keeps the last reduce-scatter's input -- the block above's full gradients
             # -- until this block's post-backward (reduce_scatter_max_input_buffers = 1)
             pending = block_grads[layout.kind_at(i + 1)] if fsdp and i + 1 < n else 0
-            for held, name, grad_bytes, written in walks[kind].steps:
+            # the gradient entering the stage's last layer is its receive buffer (counted)
+            received = grad_received and i == n - 1
+            for st in walk_at(i).steps:
                 if fsdp and not accumulated:
-                    unreduced = head_grads + min(written * g, pbg) + pending
+                    unreduced = head_grads + min(st.written * g, pbg) + pending
                     gr = fsdp_grads(done - head_grads, unreduced)
                 else:
-                    value = done if accumulated else done + min(written * g, pbg)
+                    value = done if accumulated else done + min(st.written * g, pbg)
                     gr = grads(value, pbg)
-                if held + grad_bytes + gr > best[0] + best[2] + best[3]:
-                    best = (held, name, grad_bytes, gr)
+                transient = st.transient - (st.incoming if received else 0)
+                if st.held + transient + gr > best[0] + best[2] + best[3]:
+                    best = (st.held, st.name, transient, gr)
             held, name, transient, on_gpu = best
             # this block, and the next one's all-gather prefetched (none below block 0)
             numel = block_params[kind] + (block_params[layout.kind_at(i - 1)] if i else 0)
@@ -352,8 +632,8 @@ def step_timeline(
                 P + gathered(numel),
                 on_gpu,
                 OPT,
-                below(i) + held,
-                transient + kept_outputs + (0 if grad_received and i == n - 1 else residual_grad),
+                below(i) + checkpoint_held(graph, plan, i) + held,
+                transient + kept_outputs,
                 layer=i,
             )
 
@@ -377,7 +657,7 @@ def step_timeline(
                 ),
             )
         cap = None if grads_resident else grads_bytes
-        candidates = _candidate_layers(plan, layout, walks, block_grads, g, before, cap)
+        candidates = _candidate_layers(plan, layout, walk_at, block_grads, g, before, cap)
         if fsdp and n >= 2:
             candidates.add(n - 2)  # the first backward with a pending reduce-scatter input
         return Pass(label, tuple(head), tail, block_moment), candidates
@@ -403,7 +683,7 @@ def step_timeline(
 def _candidate_layers(
     plan: ActivationPlan,
     layout: Layout,
-    walks: tuple[_Walk, ...],
+    walk_at: Callable[[int], _Walk],
     block_grads: tuple[int, ...],
     g: int,
     before: Callable[[int], int],
@@ -424,9 +704,38 @@ def _candidate_layers(
             if step > 0:
                 kind = layout.kind_at(fam.first)
                 start = before(fam.first)
-                for _, _, _, written in walks[kind].steps:
-                    w = min(written * g, block_grads[kind])
+                for st in walk_at(fam.first).steps:
+                    w = min(st.written * g, block_grads[kind])
                     t = -(-(start + w - cap) // step)  # first member at or below the cap
                     ends |= {t - 1, t}
         out |= {fam.at(t) for t in ends if 0 <= t < fam.count}
+    return out
+
+
+def layer_mode(plan: ActivationPlan, i: int) -> Mode:
+    """How layer ``i``'s backward starts: from kept tensors, or rebuilding them."""
+    stack = plan.stack
+    if isinstance(stack, Segments):
+        last = min(i - i % stack.k + stack.k, stack.layout.n) - 1
+        return Mode.full if i == last else Mode.kept
+    choice = stack.choice[stack.layout.kind_at(i)]
+    return Mode.full if choice == "full" else Mode.selective if choice == "selective" else Mode.kept
+
+
+def checkpoint_held(graph: OpGraph, plan: ActivationPlan, i: int) -> int:
+    """Bytes a checkpoint keeps during layer ``i``'s backward that ``held_below`` does not
+    count: its segment's input, when the segment's first layer saves no view of it (its
+    ``_NoopSaveInputs`` node runs after the whole segment); and for layer 0 the inputs every
+    checkpoint keeps once (HF's mask, position ids), freed with the last checkpoint."""
+    stack = plan.stack
+    out = stack.extra if i == 0 else 0
+    if isinstance(stack, Segments):
+        start = i - i % stack.k
+    elif stack.choice[stack.layout.kind_at(i)] == "full":
+        start = i
+    else:
+        return out
+    blk = graph.block(start)
+    if blk.input.name not in {st.name for op in blk.ops for st in op.saves}:
+        out += blk.input.nbytes
     return out

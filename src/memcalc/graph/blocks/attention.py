@@ -56,6 +56,12 @@ def attention_core(
     qk_flops = matmul_flops(b * a * s, dims.d, s)
     p = dims.p.itemsize
     if attention is Attention.eager:
+        # The gradient ``matmul(probs, v)``'s backward writes for v waits in the input buffer
+        # of v's producer (``repeat_kv`` / the v projection, earlier in forward, so later in
+        # backward: the engine runs nodes by decreasing sequence number, ``engine.cpp``
+        # ``CompareNodeTaskTime``) through the backward of the dropout, softmax, soft-cap and
+        # q @ k^T ops (measured: one T x a*d tensor more at ``_softmax_backward_data``).
+        v_grad = T * dims.q * p
         # matmul(q, k^T) saves q for k's gradient and k for q's (a tensor that needs no grad
         # -- k from a frozen k_proj in a frozen-base model's first layer -- skips its partner)
         qk_saves = [sc.matmul_input(q, "qk")] if k.needs_grad else []
@@ -67,7 +73,7 @@ def attention_core(
             qk_flops,
             "aten.bmm (matmul q @ k^T): saves q and k",
             core=True,
-            grads=scores * p + 2 * T * dims.q * p,
+            grads=scores * p + 2 * T * dims.q * p + v_grad,
         )
         if softcap is not None:
             sc.add(
@@ -77,14 +83,16 @@ def attention_core(
                 3 * scores,
                 "aten.tanh (soft-capping): saves result",
                 core=True,
-                grads=2 * scores * p,
+                grads=2 * scores * p + v_grad,
             )
         soft_dtype = DType.fp32 if softmax_in_fp32 else dims.p
         probs = Saved(f"{prefix}.softmax", scores, soft_dtype)
-        # backward: the p gradient of the .to(p) copy, its fp32 cast, softmax's input gradient
-        soft_grads = 2 * scores * soft_dtype.itemsize + (
-            scores * p if soft_dtype is not probs_to else 0
-        )
+        # backward: softmax's output gradient and its input gradient (``_softmax_backward_data``
+        # writes a new tensor). With a ``.to(p)`` copy after it, the p gradient of the copy is
+        # freed once ``ToCopyBackward0`` has cast it (the engine drops a node's input buffer
+        # after it runs, ``engine.cpp`` ``evaluate_function``): p + fp32 alive there, two
+        # fp32 here -- the larger moment (measured: CPU tracker, Llama bf16 eager).
+        soft_grads = 2 * scores * soft_dtype.itemsize + v_grad
         sc.add(
             f"{prefix}.softmax",
             ATTN,
@@ -96,7 +104,10 @@ def attention_core(
         )
         if soft_dtype is not probs_to:
             probs = Saved(f"{prefix}.probs", scores, probs_to)  # .to() copy, saves nothing
+        before = len(sc.ops)
         probs = dropout(sc, f"{prefix}.attn_dropout", ATTN, probs, dropout_p, core=True)
+        if len(sc.ops) > before:
+            sc.ops[-1] = replace(sc.ops[-1], grad_bytes=sc.ops[-1].grad_bytes + v_grad)
         sc.add(
             f"{prefix}.av_matmul",
             ATTN,

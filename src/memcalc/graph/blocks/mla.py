@@ -136,7 +136,17 @@ def _eager(
     )
     soft_dtype = DType.fp32 if impl.softmax_in_fp32 else dims.p
     probs = Saved("attn.softmax", scores, soft_dtype)
-    sc.add("attn.softmax", ATTN, [probs], 5 * scores, "aten._softmax: saves result", True)
+    # backward: softmax's output and input gradients, beside the v gradient the AV matmul's
+    # backward wrote, waiting for kv_b_proj's (see ``attention.attention_core``)
+    sc.add(
+        "attn.softmax",
+        ATTN,
+        [probs],
+        5 * scores,
+        "aten._softmax: saves result",
+        True,
+        grads=2 * scores * soft_dtype.itemsize + T * a * core.dv * p,
+    )
     probs_to = core.query.dtype if impl.probs_to_query_dtype else dims.p
     if probs_to is not soft_dtype:
         probs = Saved("attn.probs", scores, probs_to)  # .to() copy, saves nothing
@@ -179,7 +189,14 @@ def _math(sc: Scope, dims: Dims, core: _Core, dropout_p: float) -> tuple[Saved, 
         grads=scores * 4 + 2 * T * a * core.qk * 4,
     )
     probs = Saved("attn.softmax", scores, DType.fp32)
-    sc.add("attn.softmax", ATTN, [probs], 5 * scores, "aten._safe_softmax: saves result")
+    sc.add(
+        "attn.softmax",
+        ATTN,
+        [probs],
+        5 * scores,
+        "aten._safe_softmax: saves result",
+        grads=2 * scores * 4 + T * a * core.dv * 4,  # as eager's (``_eager``)
+    )
     if dropout_p > 0:
         # at::dropout on CPU: input * bernoulli noise / (1 - p), the mul saves the fp32 noise
         sc.add(

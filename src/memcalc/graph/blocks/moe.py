@@ -14,6 +14,7 @@ m one expert's width, S the rows the experts process (``dispatch_rows``: T*k, dr
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from memcalc.graph.blocks.linear import linear
 from memcalc.graph.blocks.mlp import activation, mlp
@@ -319,6 +320,13 @@ def routed_experts(
         "aten.index(weighted, inv_perm): saves indices; view(T, k, h).sum(1) saves nothing",
         grads=(3 * S + dims.T) * h * weighted.itemsize + pending,
     )
+    # the (T x h) gradient of the sum (the .to() copy's, in the weighted dtype): with the
+    # block rebuilt by a checkpoint, ToCopyBackward and the sum's backward run before the
+    # recompute and it is gone by index's backward (measured: Mixtral bf16 and Qwen3-MoE,
+    # full and every-k recompute). Beside a shared expert it stays: the sum of the two
+    # outputs hands the same gradient to both branches (measured: DeepSeek-V2).
+    if not moe.shared_size:
+        sc.ops[-1] = replace(sc.ops[-1], recompute_freed=dims.T * h * weighted.itemsize)
 
 
 def aux_loss(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims) -> tuple[Saved, ...]:

@@ -106,7 +106,10 @@ def rms_norm(
         [x32] if ig else [],
         2 * numel,
         "aten.pow.Tensor_Scalar: saves self",
-        grads=g32,
+        # pow_backward: grad * (2 * self.pow(1)) -- two fp32 temporaries beside the gradients
+        # in and out -- while mul_rstd's gradient for x32 waits in x32's input buffer (its
+        # backward ran first; the two are summed after this one, ``input_buffer.cpp``)
+        grads=g32 + 3 * numel * 4,
     )
     sc.add(f"{prefix}.rsqrt", NORM, [rstd] if ig else [], 2 * rows, "aten.rsqrt: saves result")
     sc.add(
