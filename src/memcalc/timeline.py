@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memcalc.graph.layout import Layout
-from memcalc.graph.ops import Block, Component, Op, OpGraph, Saved
+from memcalc.graph.ops import Block, Component, OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
 from memcalc.strategies.recompute import ActivationPlan, Segments
@@ -86,11 +86,7 @@ class _Walk:
 
     @classmethod
     def of(cls, blk: Block, mode: Mode) -> _Walk:
-        if blk.ops and blk.ops[-1].writes:
-            steps = _simulate(blk, mode)
-        else:
-            steps = _coarse(blk, mode)
-        return cls(_undominated(steps))
+        return cls(_undominated(_coarse(blk, mode)))
 
 
 def _undominated(steps: list[_Step]) -> tuple[_Step, ...]:
@@ -159,194 +155,6 @@ def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
         grads = op.grad_bytes - (op.recompute_freed if mode is Mode.full else 0)
         steps.append(_Step(held, op.name, grads + residual, written, residual))
     return steps
-
-
-def _grad_nbytes(t: Saved) -> int:
-    """A gradient has its tensor's dtype and shape (autograd's ``validate_outputs`` casts it
-    to the input's metadata)."""
-    return t.numel * t.dtype.itemsize
-
-
-def _simulate(blk: Block, mode: Mode) -> list[_Step]:
-    """The backward of one layer, op by op, as autograd runs it (``torch/csrc/autograd``).
-
-    Order: the engine runs the ready node with the highest sequence number -- for one
-    device, the ops in reverse forward order (``engine.cpp``, ``ReadyQueue``). Saved tensors:
-    a node releases what it saved once it has run (``Node::release_variables``), so a
-    storage lives until the backward of the first op (in forward order) that saved it.
-    Gradients: a node's output gradients sit in its input buffer from the backward that
-    produced them until the node runs; a second gradient for the same tensor is added in place
-    when the buffer holds the only reference (``input_buffer.cpp`` ``accumulate``; the CPU
-    tracker's dispatch mode keeps a reference, so there it adds out of place -- not
-    modelled), else into a new tensor. A node's moment holds its saved tensors, every live
-    gradient, its inputs' new gradients and its formula's scratch.
-    Recompute (``torch/utils/checkpoint.py``, non-reentrant): the first unpack of a tensor
-    saved inside the checkpoint replays its forward up to the last saved tensor (early stop,
-    ``_StopRecomputationError``) and keeps each saved tensor until its own unpack
-    (``frame.recomputed``, dropped with the holder's handle); until then the layer holds
-    nothing of it. The checkpoint's inputs (``_NoopSaveInputs``) live until its backward is
-    done -- the layer's own input is added by the timeline; selective recompute's core inputs
-    are freed with the core's first op.
-    """
-    ops = blk.ops
-    first: dict[str, int] = {}
-    size: dict[str, int] = {}
-    for j, op in enumerate(ops):
-        for st in op.saves:
-            first.setdefault(st.name, j)
-            size.setdefault(st.name, st.nbytes)
-    if mode is Mode.selective:
-        region = [j for j, op in enumerate(ops) if op.attention_core]
-        rebuilt = set(blk.core_only_names)
-        if rebuilt and region:
-            for t in blk.core_inputs:
-                if t.name not in size:
-                    size[t.name], first[t.name] = t.nbytes, region[0]
-        else:
-            region = []
-    elif mode is Mode.full:
-        region, rebuilt = list(range(len(ops))), set(size)
-    else:
-        region, rebuilt = [], set()
-    savers = [j for j in region if any(st.name in rebuilt for st in ops[j].saves)]
-    trigger = max(savers) if savers else -1
-
-    # gradient buffers: tensor name -> buffer id; buffer id -> [bytes, references]
-    buffers: dict[str, int] = {}
-    tensors: dict[int, list[int]] = {}
-    ids = iter(range(1 << 30))
-
-    def new(nbytes: int) -> int:
-        gid = next(ids)
-        tensors[gid] = [nbytes, 1]
-        return gid
-
-    def drop(gid: int) -> None:
-        tensors[gid][1] -= 1
-        if not tensors[gid][1]:
-            del tensors[gid]
-
-    def live() -> int:
-        return sum(b for b, _ in tensors.values())
-
-    out = ops[-1].writes[0]
-    incoming = new(_grad_nbytes(out))
-    buffers[out.name] = incoming
-
-    def held(j: int, rebuilt_now: bool) -> int:
-        return sum(
-            b
-            for name, b in size.items()
-            if first[name] <= j and (rebuilt_now or name not in rebuilt)
-        )
-
-    steps: list[_Step] = []
-    written = 0
-    for j in range(len(ops) - 1, -1, -1):
-        op = ops[j]
-        rebuilt_now = j <= trigger
-        if j == trigger:
-            replay = _replay(ops, region, trigger, rebuilt, blk)
-            steps.append(
-                _Step(
-                    held(j, False),
-                    f"{op.name} (recompute)",
-                    live() + replay,
-                    written,
-                    tensors[incoming][0] if incoming in tensors else 0,
-                )
-            )
-        grads = [buffers.pop(t.name) for t in op.writes if t.name in buffers]
-        made: list[tuple[str, int]] = []
-        if grads or not op.writes:
-            for t in op.reads:
-                if not t.needs_grad:
-                    continue
-                if op.alias_grad and grads:
-                    tensors[grads[0]][1] += 1
-                    made.append((t.name, grads[0]))
-                else:
-                    made.append((t.name, new(_grad_nbytes(t))))
-        written += op.params
-        steps.append(
-            _Step(
-                held(j, rebuilt_now),
-                op.name,
-                live() + op.backward_scratch,
-                written,
-                tensors[incoming][0] if incoming in tensors else 0,
-            )
-        )
-        for gid in grads:
-            drop(gid)
-        for name, gid in made:
-            old = buffers.get(name)
-            if old is None:
-                buffers[name] = gid
-            elif tensors[old][1] == 1 and gid != old:
-                drop(gid)  # old.add_(new) in place
-            else:
-                total = new(tensors[old][0])  # old + new into a new tensor
-                steps.append(_Step(held(j - 1, rebuilt_now), op.name, live(), written, 0))
-                drop(old)
-                drop(gid)
-                buffers[name] = total
-    return steps
-
-
-def _replay(
-    ops: tuple[Op, ...], region: list[int], stop: int, rebuilt: set[str], blk: Block
-) -> int:
-    """The most bytes a checkpoint's recompute holds while it replays ``region`` up to
-    ``stop`` (its last op that saves something, where early stop ends it): the tensors
-    saved so far and the forward tensors still to be read (a view keeps its base)."""
-    ran = [j for j in region if j <= stop]
-    inside = {t.name for j in ran for t in ops[j].writes}
-    base: dict[str, str] = {}
-    nbytes: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for j in ran:
-        op = ops[j]
-        for t in op.writes:
-            if op.alias_output and op.reads:
-                base[t.name] = base.get(op.reads[0].name, op.reads[0].name)
-            else:
-                nbytes[t.name] = t.nbytes
-        for t in op.reads:
-            root = base.get(t.name, t.name)
-            last[root] = j
-    # tensors read after the stop (or the region's outputs) stay alive to its end
-    later = {t.name for j in range(stop + 1, len(ops)) for t in ops[j].reads}
-    later |= {t.name for t in ops[region[-1]].writes} if region else set()
-    for name in later:
-        root = base.get(name, name)
-        if root in inside:
-            last[root] = stop + 1
-    saved: set[str] = set()
-    saved_bytes = 0
-    best = 0
-    for j in ran:
-        op = ops[j]
-        for st in op.saves:
-            if st.name in rebuilt and st.name not in saved:
-                saved.add(st.name)
-                saved_bytes += st.nbytes
-        own = {t.name for t in op.writes}
-        alive = 0
-        for name, b in nbytes.items():
-            if name in saved:
-                continue
-            made = name in own
-            if made and j == stop and not (own & {st.name for st in op.saves}):
-                continue  # early stop: the last op's inputs are packed before it runs
-            written_before = any(name in {t.name for t in ops[p].writes} for p in ran if p <= j)
-            if written_before and last.get(name, -1) >= j:
-                alive += b
-            elif made:
-                alive += b
-        best = max(best, saved_bytes + alive + (op.forward_scratch if j != stop else 0))
-    del blk
-    return best
 
 
 _WALKS: dict[tuple[int, Mode], tuple[Block, _Walk]] = {}

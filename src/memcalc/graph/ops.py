@@ -111,32 +111,9 @@ class Op:
     """Elements of the parameters whose gradients this op's backward writes."""
     weights: tuple[ParamTensor, ...] = ()
     """The parameter tensors this op owns (named inside its scope)."""
-    reads: tuple[Saved, ...] = ()
-    """Dataflow for the step timeline: the activations this op reads (tensors, not storages:
-    a view has its own name). Those that need grad get a gradient from its backward --
-    autograd's next edges, a buffer each until the op that wrote the tensor has run its
-    backward (``torch/csrc/autograd/input_buffer.cpp``)."""
-    writes: tuple[Saved, ...] = ()
-    """The activations it returns; its backward starts from their gradients, which are freed
-    when it has run."""
-    alias_grad: bool = False
-    """Its backward hands its output's gradient to its inputs as it is (``AddBackward0``,
-    views): no new buffer."""
-    alias_output: bool = False
-    """Its output is a view of its (first) input: no new bytes in forward."""
-    backward_scratch: int = 0
-    """Bytes of tensors its backward formula makes besides its inputs' gradients, alive at its
-    largest moment (``pow_backward``: ``self.pow(1)`` and ``2 * that``)."""
-    forward_scratch: int = 0
-    """Bytes its forward makes besides its output (a dtype conversion inside ``softmax``)."""
     recompute_freed: int = 0
     """Bytes of ``grad_bytes`` already freed when its block was rebuilt by a checkpoint's
     recompute (the backward of the ops after it ran before the recompute)."""
-
-    @property
-    def has_flow(self) -> bool:
-        """The op declares its dataflow (lowered graphs do; traced ones only ``grad_bytes``)."""
-        return bool(self.reads or self.writes)
 
 
 def unique_saved(ops: tuple[Op, ...] | list[Op]) -> dict[str, Saved]:
@@ -259,12 +236,6 @@ class Block:
                 op.attention_core,
                 op.grad_bytes,
                 op.params,
-                tuple(canon(t) for t in op.reads),
-                tuple(canon(t) for t in op.writes),
-                op.alias_grad,
-                op.alias_output,
-                op.backward_scratch,
-                op.forward_scratch,
                 op.recompute_freed,
             )
             for op in self.ops
