@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import click
 
 from memcalc.cli.common import (
     finetune_options,
+    fit_options,
+    gpu_memory_option,
     gpu_option,
     layout_options,
     model_option,
     output_options,
-    setup_fields,
     setup_options,
     strategy_options,
 )
+from memcalc.cli.inputs import read_inputs
 from memcalc.estimate import estimate
-from memcalc.profiles import load_profile
 from memcalc.report import render_estimate
-from memcalc.spec.loaders import load_model, training_setup
 from memcalc.strategies.selection import chosen_options
 
 EXAMPLES = """\b
@@ -35,17 +36,19 @@ Examples:
 @click.command("estimate", epilog=EXAMPLES)
 @model_option()
 @gpu_option
+@gpu_memory_option
 @setup_options
 @layout_options
 @finetune_options
 @strategy_options
+@fit_options
 @output_options
 def estimate_command(**values: Any) -> None:
     """Split the memory of one training step into parameters, gradients, optimizer states and
     activations under each recompute / offload strategy, and say whether it fits."""
-    spec = load_model(values["model"])
-    profile = load_profile(values["gpu"])
-    setup = training_setup(**setup_fields(values))
+    inputs = read_inputs(values, (values["gpu"],))
+    spec, setup, profile = inputs.spec, inputs.setup, inputs.profiles[0]
+    mfu, headroom = values["mfu"], inputs.headroom
     options = chosen_options(
         values["recompute"],
         values["every"],
@@ -55,7 +58,8 @@ def estimate_command(**values: Any) -> None:
     )
     click.echo(
         render_estimate(
-            lambda o: estimate(spec, setup, profile, o),
+            # the table's strategies and the chosen one run at the same MFU and headroom
+            lambda o: estimate(spec, setup, profile, replace(o, mfu=mfu, headroom=headroom)),
             spec.num_layers,
             setup,
             options,

@@ -13,16 +13,17 @@ import click
 
 from memcalc.cli.common import (
     finetune_options,
+    fit_options,
+    gpu_memory_option,
     model_option,
     output_options,
-    setup_fields,
     setup_options,
 )
+from memcalc.cli.inputs import read_inputs
 from memcalc.errors import MemcalcError
-from memcalc.estimate import DEFAULT_HEADROOM, DEFAULT_MFU, Options
-from memcalc.profiles import DEFAULT_GPU, load_profile
-from memcalc.spec.loaders import load_model, training_setup
-from memcalc.units import parse_count, parse_size
+from memcalc.estimate import DEFAULT_MFU, Options
+from memcalc.profiles import DEFAULT_GPU
+from memcalc.units import parse_count
 
 EXAMPLES = """\b
 Examples:
@@ -44,6 +45,7 @@ MAX_GPUS = 65536
     multiple=True,
     help=f"GPU profile or alias, repeatable to compare kinds (default {DEFAULT_GPU}).",
 )
+@gpu_memory_option
 @setup_options
 @finetune_options
 @click.option(
@@ -67,17 +69,7 @@ MAX_GPUS = 65536
     show_default=True,
     help="Accumulation steps without --global-batch (pipelines run at least pp).",
 )
-@click.option(
-    "--headroom",
-    default=f"{DEFAULT_HEADROOM:.0%}",
-    show_default=True,
-    help="GPU memory kept free for allocator fragmentation (e.g. 10% or 0.1).",
-)
-@click.option(
-    "--host-memory",
-    default=None,
-    help="Host RAM per node for offloads (e.g. 1TiB); default: the GPU profile's server.",
-)
+@fit_options
 @click.option(
     "--mfu",
     type=float,
@@ -101,18 +93,14 @@ def plan_command(**values: Any) -> None:
     from memcalc.plan import Maximize, PlanRequest, maximize, plan
     from memcalc.report.plan import render_plan
 
-    spec = load_model(values["model"])
-    profiles = tuple(
-        _with_host_memory(load_profile(g), values["host_memory"])
-        for g in (values["gpus"] or (DEFAULT_GPU,))
-    )
+    inputs = read_inputs(values, tuple(values["gpus"] or (DEFAULT_GPU,)))
+    spec, setup, profiles = inputs.spec, inputs.setup, inputs.profiles
     max_gpus = _bounded("--max-gpus", values["max_gpus"], 1, MAX_GPUS)
     top = _bounded("--top", values["top"], 1, 1000)
     _bounded("--microbatches", values["microbatches"], 1, 10**6)
-    headroom = _headroom(values["headroom"])
+    headroom = inputs.headroom
     if not 0 < values["mfu"] <= 1:
         raise MemcalcError(f"--mfu: must be in (0, 1], got {values['mfu']}")
-    setup = training_setup(**setup_fields(values))
     global_batch = _global_batch(values, setup.seq)
     what = Maximize(values["maximize"].lower()) if values["maximize"] else None
     if what is Maximize.batch and global_batch is not None:
@@ -145,25 +133,6 @@ def _bounded(flag: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise MemcalcError(f"{flag}: must be between {low} and {high:,}, got {value}")
     return value
-
-
-def _headroom(text: str) -> float:
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise MemcalcError(
-            f"--headroom: expected a fraction (0.1) or a percentage (10%), got {text!r}"
-        ) from None
-    if not 0 <= value < 0.9:
-        raise MemcalcError(f"--headroom: must be at least 0 and below 90%, got {text}")
-    return value
-
-
-def _with_host_memory(profile: Any, text: str | None) -> Any:
-    if text is None:
-        return profile
-    per_node = parse_size(text, "--host-memory")
-    return profile.with_host_memory(per_node)
 
 
 def _global_batch(values: dict[str, Any], seq: int) -> int | None:
