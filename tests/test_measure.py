@@ -225,10 +225,10 @@ def test_cli_measure_exit_codes():
             "--device",
             "cpu",
             "--tolerance",
-            "0",
+            "1e-12",  # the peak is a few KiB off (allocator-free timeline of small temporaries)
         ]
     )
-    assert strict.exit_code == 1
+    assert strict.exit_code == 1, strict.stdout
 
 
 CUDA_STATE_TOLERANCE = 0.01

@@ -18,12 +18,10 @@ from pathlib import Path
 import torch
 
 from memcalc.errors import MemcalcError
+from memcalc.measure.limits import SEED_MAX
 from memcalc.spec.training import Precision
 from memcalc.strategies.recompute import Recompute
 from memcalc.units import format_bytes
-
-SEED_MAX = 2**64 - 1
-"""``torch.Generator.manual_seed`` takes seeds up to 0xffff_ffff_ffff_ffff."""
 
 MEMORY_MARGIN = 0.10
 """Fraction added to the estimated need before comparing it with the memory available: the
@@ -36,6 +34,10 @@ then move and cast it (``build_model``): 4 bytes per parameter of host RAM at on
 the recipe's weight dtype (and before any quantization)."""
 
 
+MEASURED_PRECISIONS = tuple(p for p in Precision if p is not Precision.fp8_mixed)
+"""The recipes measure runs (fp8 needs Transformer Engine or torchao, not here)."""
+
+
 def check_flags(
     *,
     precision: Precision,
@@ -44,6 +46,8 @@ def check_flags(
     tolerance: float,
     seed: int,
     num_layers: int,
+    dropout: float | None = None,
+    timeout: float | None = None,
 ) -> None:
     """Refuse measure's own flags that would run something else than asked, or crash later.
 
@@ -53,15 +57,23 @@ def check_flags(
     ...
     memcalc.errors.MemcalcError: --tolerance: must be a number in (0, 1], got nan
     """
-    if not (isinstance(tolerance, (int, float)) and 0 < tolerance <= 1):
+    if (
+        isinstance(tolerance, bool)
+        or not isinstance(tolerance, (int, float))
+        or not 0 < tolerance <= 1
+    ):
         raise MemcalcError(f"--tolerance: must be a number in (0, 1], got {tolerance!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
         raise MemcalcError(f"--seed: must be between 0 and {SEED_MAX:,} (2**64 - 1), got {seed}")
-    if precision is Precision.fp8_mixed:
+    if dropout is not None and not (math.isfinite(dropout) and 0 <= dropout < 1):
+        raise MemcalcError(f"--dropout: must be a rate in [0, 1), got {dropout!r}")
+    if timeout is not None and not (math.isfinite(timeout) and 1 <= timeout <= 86_400):
+        raise MemcalcError(f"--timeout: must be between 1 and 86400 seconds, got {timeout!r}")
+    if precision not in MEASURED_PRECISIONS:
+        allowed = ", ".join(p.value for p in MEASURED_PRECISIONS)
         raise MemcalcError(
-            "--precision fp8-mixed: measure runs no fp8 matmuls (no Transformer Engine or "
-            "torchao here), so it would measure bf16-mixed; measure --precision bf16-mixed, "
-            "or estimate fp8-mixed with memcalc estimate"
+            f"--precision {precision.value}: not measured (no fp8 matmuls without Transformer "
+            f"Engine or torchao; memcalc estimate models it); choose one of: {allowed}"
         )
     if recompute is Recompute.budget:
         raise MemcalcError(
@@ -87,7 +99,7 @@ def resolve_device(flag: str | None) -> torch.device:
     >>> resolve_device("meta")
     Traceback (most recent call last):
     ...
-    memcalc.errors.MemcalcError: --device meta: a meta tensor has no memory to measure; use cpu or cuda (memcalc trace runs a model without allocating it)
+    memcalc.errors.MemcalcError: --device meta: nothing to measure on meta tensors; use cpu or cuda
     """
     if flag is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -96,15 +108,12 @@ def resolve_device(flag: str | None) -> torch.device:
         dev = torch.device(text)
     except (RuntimeError, ValueError):
         raise MemcalcError(
-            f"--device: unknown device {flag!r}; choose cpu or cuda (cuda:N for one GPU)"
+            f"--device {flag}: not a torch device; choose cpu or cuda (cuda:N for one GPU)"
         ) from None
     if dev.type == "cpu":
         return torch.device("cpu")
     if dev.type == "meta":
-        raise MemcalcError(
-            "--device meta: a meta tensor has no memory to measure; use cpu or cuda "
-            "(memcalc trace runs a model without allocating it)"
-        )
+        raise MemcalcError("--device meta: nothing to measure on meta tensors; use cpu or cuda")
     if dev.type != "cuda":
         raise MemcalcError(
             f"--device {text}: measure counts bytes exactly on the CPU or with CUDA's "
@@ -139,7 +148,10 @@ def host_available_bytes() -> int | None:
         pass
     for limit, usage in (
         ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
     ):
         try:
             cap = Path(limit).read_text().strip()
@@ -189,6 +201,17 @@ def need_for(
     return Need(ranks * (build + host_state_bytes), peak_bytes, dev)
 
 
+def _amount(num_bytes: int) -> str:
+    """GiB, or MiB below 1 GiB (a small model's need in GiB reads 0.00).
+
+    >>> _amount(3 * 2**29), _amount(5 * 2**20)
+    ('1.50 GiB', '5.0 MiB')
+    """
+    if num_bytes >= 2**30:
+        return format_bytes(num_bytes)
+    return f"{num_bytes / 2**20:.1f} MiB"
+
+
 def check_memory(need: Need, *, force: bool, ranks: int = 1) -> list[str]:
     """Refuse a run whose need (plus MEMORY_MARGIN) exceeds what is available, unless
     ``force``; the notes to print (a forced run, memory that cannot be read)."""
@@ -199,20 +222,22 @@ def check_memory(need: Need, *, force: bool, ranks: int = 1) -> list[str]:
     if need.gpu is not None:
         devices = [torch.device("cuda", i) for i in range(ranks)] if ranks > 1 else [need.gpu]
         free = min(device_free_bytes(d) for d in devices)
-        where = f"free on {need.gpu}" if ranks == 1 else f"free on the emptiest of cuda:0-{ranks - 1}"
+        where = f"free on {need.gpu}"
+        if ranks > 1:
+            where = f"free on the emptiest of cuda:0-{ranks - 1}"
         checks.insert(0, (need.device_bytes, free, where))
     for bytes_, available, where in checks:
         if available is None:
-            notes.append(f"memory available unknown here: the estimated need was not checked")
+            notes.append("memory available unknown here: the estimated need was not checked")
             continue
         with_margin = math.ceil(bytes_ * (1 + MEMORY_MARGIN))
         if with_margin <= available:
             continue
         what = "on the GPU" if where.startswith("free") else "on the host"
         text = (
-            f"the estimated need {what} is {format_bytes(bytes_)} "
-            f"({format_bytes(with_margin)} with a {MEMORY_MARGIN:.0%} margin) and "
-            f"{format_bytes(available)} is {where}"
+            f"the estimated need {what} is {_amount(bytes_)} "
+            f"({_amount(with_margin)} with a {MEMORY_MARGIN:.0%} margin) and "
+            f"{_amount(available)} is {where}"
         )
         if force:
             notes.append(f"--force: run although {text}")

@@ -1,10 +1,10 @@
 """Progress of ``memcalc measure`` and ``memcalc trace`` on stderr.
 
-On a terminal: one line, redrawn in place four times a second, with a bar over the run's
-phases (when their number is known), the phase running now and its elapsed seconds -- a
-measured step of a large model can take minutes. Elsewhere (a log file, a test's captured
-stderr): nothing, or one plain line per top-level phase as it starts. The line is cleared when
-the run ends, however it ends, so the report, an error or Ctrl-C's one line stand alone.
+On a terminal: a rich progress bar over the run's phases (building the model, each part of
+the warm-up and of the measured step), the phase running now and the elapsed time -- a measured
+step of a large model can take minutes. It is transient: cleared when the run ends, however it
+ends, so the report, an error or Ctrl-C's one line stand alone. Elsewhere (a log file, a test's
+captured stderr): one plain line per top-level phase as it starts. ``--quiet``: nothing.
 
 A phase is a message; ``"warm-up step: backward"`` is the sub-phase ``backward`` of the phase
 ``warm-up step`` (plain lines show phases only).
@@ -12,33 +12,26 @@ A phase is a message; ``"warm-up step: backward"`` is the sub-phase ``backward``
 
 from __future__ import annotations
 
-import shutil
 import sys
-import threading
-import time
 from enum import Enum
 from types import TracebackType
-from typing import TextIO
-
-REDRAW_S = 0.25
-"""Seconds between redraws of the live line."""
-BAR_WIDTH = 20
+from typing import Any, TextIO
 
 
 class Mode(str, Enum):
-    """How progress is shown (``--progress`` / ``--no-progress``; default auto)."""
+    """How progress is shown."""
 
     auto = "auto"
-    """The live line on a terminal's stderr, else the fallback (plain lines or nothing)."""
+    """The bar on a terminal's stderr, else one plain line per phase."""
     live = "live"
-    """The live line, wherever stderr goes."""
+    """The bar, wherever stderr goes."""
     off = "off"
-    """Nothing."""
+    """Nothing (``--quiet``)."""
 
 
-def mode_of(flag: bool | None) -> Mode:
-    """``--progress`` -> live, ``--no-progress`` -> off, neither -> auto."""
-    return Mode.auto if flag is None else Mode.live if flag else Mode.off
+def mode_of(quiet: bool) -> Mode:
+    """``--quiet`` -> off, else auto."""
+    return Mode.off if quiet else Mode.auto
 
 
 class Progress:
@@ -46,7 +39,7 @@ class Progress:
 
     >>> import io
     >>> out = io.StringIO()
-    >>> with Progress("memcalc measure", mode=Mode.auto, stream=out) as say:
+    >>> with Progress("memcalc measure", total=3, stream=out) as say:
     ...     say("building the model")
     ...     say("warm-up step: forward")
     ...     say("warm-up step: backward")
@@ -61,40 +54,38 @@ class Progress:
         *,
         total: int | None = None,
         mode: Mode = Mode.auto,
-        plain_lines: bool = True,
         stream: TextIO | None = None,
     ) -> None:
         self.title, self.total = title, total
         self.stream = stream if stream is not None else sys.stderr
         tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.live = mode is Mode.live or (mode is Mode.auto and tty)
-        self.plain = mode is Mode.auto and not self.live and plain_lines
+        self.plain = mode is Mode.auto and not self.live
         self.done = 0
         self.message = ""
         self.top = ""
-        self.started = self.phase_started = time.monotonic()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._drawn = False
+        self._bar: Any = None
+        self._task: Any = None
 
     def __call__(self, message: str) -> None:
         top = message.split(": ", 1)[0]
-        with self._lock:
-            if self.message:
-                self.done += 1
-            self.message, self.phase_started = message, time.monotonic()
+        if self.message:
+            self.done += 1
+        self.message = message
         if self.plain and top != self.top:
             print(f"[{self.title}] {top} ...", file=self.stream, flush=True)
         self.top = top
-        if self.live:
-            self._draw()
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, description=message)
 
     def __enter__(self) -> Progress:
-        self.started = time.monotonic()
         if self.live:
-            self._thread = threading.Thread(target=self._run, name="memcalc-progress", daemon=True)
-            self._thread.start()
+            self._bar = self._rich_bar()
+            if self._bar is None:  # rich is not installed: plain lines instead
+                self.live, self.plain = False, True
+            else:
+                self._bar.start()
+                self._task = self._bar.add_task("starting", total=self.total)
         return self
 
     def __exit__(
@@ -103,46 +94,54 @@ class Progress:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
-        if self._drawn:
-            with self._lock:
-                self.stream.write("\r\x1b[K")
-                self.stream.flush()
+        if self._bar is not None:
+            self._bar.stop()  # transient: the bar is erased
+            self._bar = None
+        if kind is KeyboardInterrupt:  # say where it stopped
+            raise Interrupted(self.message) from None
 
-    def _run(self) -> None:
-        while not self._stop.wait(REDRAW_S):
-            self._draw()
+    def _rich_bar(self) -> Any:
+        try:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+            from rich.progress import (
+                Progress as RichProgress,
+            )
+        except ImportError:
+            return None
+        console = Console(file=self.stream, force_terminal=True, stderr=self.stream is sys.stderr)
+        return RichProgress(
+            SpinnerColumn(),
+            TextColumn(self.title, style="bold", markup=False),
+            BarColumn(bar_width=20),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}", markup=False),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            refresh_per_second=4,
+        )
 
-    def line(self, now: float | None = None) -> str:
-        """The live line's text (without the carriage return).
 
-        >>> p = Progress("memcalc measure", total=4, mode=Mode.off)
-        >>> p("building the model"); p("warm-up step: forward")
-        >>> p.started = p.phase_started = 0.0
-        >>> p.line(now=12.0)
-        'memcalc measure [#####---------------] 1/4 warm-up step: forward 12s (total 12s)'
-        """
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            done, message, phase_s = self.done, self.message, now - self.phase_started
-        total_s = now - self.started
-        if self.total:
-            filled = BAR_WIDTH * min(done, self.total) // self.total
-            bar = f" [{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {done}/{self.total}"
-        else:
-            bar = " " + "|/-\\"[int(total_s / REDRAW_S) % 4]
-        return f"{self.title}{bar} {message} {phase_s:.0f}s (total {total_s:.0f}s)"
+def interrupted(command: str, phase: str = "") -> str:
+    """Ctrl-C's one line (the command exits 130).
 
-    def _draw(self) -> None:
-        width = shutil.get_terminal_size((80, 24)).columns - 1
-        text = self.line()[:width]
-        with self._lock:
-            try:
-                self.stream.write(f"\r{text}\x1b[K")
-                self.stream.flush()
-            except (OSError, ValueError):  # the stream was closed under us
-                self._stop.set()
-                return
-            self._drawn = True
+    >>> interrupted("measure", "measured step: backward")
+    'interrupted: memcalc measure stopped at measured step: backward (Ctrl-C)'
+    """
+    at = f" at {phase}" if phase else ""
+    return f"interrupted: memcalc {command} stopped{at} (Ctrl-C)"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run, with the phase it stopped in."""
+
+    def __init__(self, phase: str) -> None:
+        super().__init__(phase)
+        self.phase = phase

@@ -388,7 +388,7 @@ def _measure_cpu(
     model = trainer.model
     for i in range(extras.warmup_steps):
         label = "warm-up step" + (f" {i + 1}" if extras.warmup_steps > 1 else "")
-        _one_step(trainer, ids, phase, lambda *_: None, lambda p: say(f"{label}: {p}"))
+        _one_step(trainer, ids, phase, lambda *_: None, lambda p, at=label: say(f"{at}: {p}"))
     params = trainer.params
     device = params[0].device
     from memcalc.measure.finetune import quant_state_tensors
