@@ -218,6 +218,7 @@ BAD_FLAGS = [
     (("--dropout", "nan"), "--dropout"),
     (("--dropout", "1.5"), "--dropout"),
     (("--timeout", "nan", "--nproc", "2", "--dp", "2"), "--timeout"),
+    (("--offload", "activations=cpu"), "--offload"),
 ]
 
 
@@ -337,3 +338,41 @@ def test_trace_progress_and_quiet():
     quiet = run_cli("trace", TINY, "--input-shape", "2x32", "--format", "json", "--quiet")
     assert quiet.exit_code == 0
     assert "[memcalc trace]" not in quiet.stderr
+
+
+def _readme_measure_commands() -> list[list[str]]:
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    lines = [ln.split("  #")[0].strip() for b in blocks for ln in b.splitlines()]
+    return [shlex.split(ln)[1:] for ln in lines if ln.startswith("memcalc measure")]
+
+
+def test_readme_measure_examples_pass_the_preflight_on_a_24_gb_machine(monkeypatch):
+    """Every README ``measure`` example gets past the memory check with 20 GiB free (it reaches
+    the build, stopped there by a Ctrl-C) -- the old Llama-2-7B example did not."""
+    commands = _readme_measure_commands()
+    assert len(commands) >= 3
+    monkeypatch.setattr(preflight, "host_available_bytes", lambda: 20 * GIB)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("memcalc.measure.runner.build_model", stop)
+    monkeypatch.setattr("memcalc.measure.distributed.launch.launch", stop)
+    monkeypatch.chdir(ROOT)
+    for argv in commands:
+        if "--impl" in argv and "hf" in argv:
+            pytest.importorskip("transformers")
+        r = run_cli(*argv, "--device", "cpu", "--quiet")
+        assert r.exit_code == 130, (argv, r.stderr)
+
+
+@pytest.mark.hf
+def test_readme_hf_measure_example_runs():
+    pytest.importorskip("transformers")
+    argv = next(a for a in _readme_measure_commands() if "hf" in a and "--nproc" not in a)
+    r = run_cli(*argv, "--device", "cpu", "--quiet")
+    assert r.exit_code == 0, r.stdout

@@ -113,6 +113,11 @@ def run_measure(
         )
     if par.microbatches > 1:
         raise MemcalcError("--microbatches: gradient accumulation is measured only with --pp")
+    if dev.type == "cpu" and any(o.what.value == "activations" for o in options.offload):
+        raise MemcalcError(
+            "--offload activations=cpu: measured on the CPU, activations are on the host "
+            "already (nothing moves); measure it with --device cuda"
+        )
     here = estimate_for(spec, setup, profile, options, dev.type)
     gpu_b = estimate_for(spec, setup, profile, options, "cuda") if dev.type == "cpu" else None
     need = need_for(here.peak.total_bytes, here.host_bytes, here.params.total, dev)
