@@ -124,7 +124,7 @@ def run_measure(
     notes = check_memory(need, force=force)
     head = header(spec.name, impl, str(dev), setup, options)
     with Progress("memcalc measure", total=STEP_PHASES, mode=mode_of(quiet)) as progress:
-        if not quiet:
+        if progress.live:  # the bar is erased; what ran stays above it
             print(f"memcalc measure: {head}", file=sys.stderr, flush=True)
         m = measure(
             spec,

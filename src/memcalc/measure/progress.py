@@ -3,8 +3,9 @@
 On a terminal: a rich progress bar over the run's phases (building the model, each part of
 the warm-up and of the measured step), the phase running now and the elapsed time -- a measured
 step of a large model can take minutes. It is transient: cleared when the run ends, however it
-ends, so the report, an error or Ctrl-C's one line stand alone. Elsewhere (a log file, a test's
-captured stderr): one plain line per top-level phase as it starts. ``--quiet``: nothing.
+ends, so the report, an error or Ctrl-C's one line stand alone. Elsewhere (a log file, a
+pipe, a test's captured stderr) and with ``--quiet``: nothing, so an error stays one line.
+Without rich installed: one plain line per top-level phase on a terminal.
 
 A phase is a message; ``"warm-up step: backward"`` is the sub-phase ``backward`` of the phase
 ``warm-up step`` (plain lines show phases only).
@@ -22,7 +23,7 @@ class Mode(str, Enum):
     """How progress is shown."""
 
     auto = "auto"
-    """The bar on a terminal's stderr, else one plain line per phase."""
+    """The bar on a terminal's stderr, else nothing."""
     live = "live"
     """The bar, wherever stderr goes."""
     off = "off"
@@ -38,14 +39,12 @@ class Progress:
     """Call with each phase's message as it starts; use as a context manager around the run.
 
     >>> import io
-    >>> out = io.StringIO()
+    >>> out = io.StringIO()  # not a terminal: nothing
     >>> with Progress("memcalc measure", total=3, stream=out) as say:
     ...     say("building the model")
     ...     say("warm-up step: forward")
-    ...     say("warm-up step: backward")
-    >>> print(out.getvalue(), end="")
-    [memcalc measure] building the model ...
-    [memcalc measure] warm-up step ...
+    >>> out.getvalue(), say.done, say.message
+    ('', 1, 'warm-up step: forward')
     """
 
     def __init__(
@@ -60,7 +59,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.live = mode is Mode.live or (mode is Mode.auto and tty)
-        self.plain = mode is Mode.auto and not self.live
+        self.plain = False
         self.done = 0
         self.message = ""
         self.top = ""

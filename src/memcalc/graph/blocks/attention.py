@@ -107,7 +107,7 @@ def attention_core(
             grads=scores * p + 2 * T * dims.q * p,
         )
         return tensor(f"{prefix}.merged", T, dims.q, dims.p)
-    if dims.cpu and dropout_p > 0:
+    if dims.cpu_dropout_sdpa and dropout_p > 0:
         return _cpu_math_sdpa(sc, dims, q, k, v, dropout_p, prefix=prefix)
     lse = Saved(f"{prefix}.logsumexp", b * a * s, DType.fp32)
     out = tensor(f"{prefix}.merged", T, dims.q, dims.p)
