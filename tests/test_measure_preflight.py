@@ -162,7 +162,11 @@ def test_host_available_bytes_is_at_most_what_the_kernel_reports():
 # 3. Devices, allocator failures, flags, Ctrl-C: one line
 
 
-@pytest.mark.parametrize("device", ["cuda", "cuda:7", "mps", "tpu", "foo", "meta", "xla:0"])
+DEVICES = ["cuda", "cuda:7", "mps", "tpu", "foo", "meta", "xla:0"]
+
+
+# ids without "cuda": conftest skips every test with a ``cuda`` keyword on a machine without one
+@pytest.mark.parametrize("device", DEVICES, ids=[f"device-{i}" for i in range(len(DEVICES))])
 def test_unavailable_devices_are_one_line(device):
     if device.startswith("cuda") and torch.cuda.is_available() and device == "cuda":
         pytest.skip("this machine has CUDA")
