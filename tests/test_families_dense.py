@@ -276,7 +276,7 @@ def test_traced_hf_graph_equals_the_lowering(fam, variant, precision, attention,
     else:
         spec = spec_from_hf_config(_tiny(fam, **variant[1]))
         trace = trace_spec(spec, setup, Impl.hf)
-    want, got = lower(spec, setup, device="cpu"), trace.graph
+    want, got = lower(spec, setup, device="traced"), trace.graph
     assert trace.dead_branch_bytes == 0
     assert got.num_layers == want.num_layers == spec.num_layers
     assert got.prologue_saved_bytes == want.prologue_saved_bytes

@@ -297,7 +297,7 @@ def _trace_pair(cfg, name, setup, tmp_path):
 
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(cfg))
-    return trace_target(str(path), setup), lower(load_model(str(path)), setup, device="cpu")
+    return trace_target(str(path), setup), lower(load_model(str(path)), setup, device="traced")
 
 
 def _assert_same_graph(got, want):

@@ -83,7 +83,7 @@ def _setup(attention, precision, dropout, batch=BATCH, seq=SEQ):
 def test_traced_graph_equals_the_lowering(impl, spec, attention, precision, dropout):
     _needs(impl)
     setup = _setup(attention, precision, dropout)
-    want = lower(spec, setup, device="cpu")
+    want = lower(spec, setup, device="traced")
     trace = trace_spec(spec, setup, impl)
     got = trace.graph
     assert trace.dead_branch_bytes == 0
@@ -147,7 +147,7 @@ def test_hf_config_json_is_traced_like_its_spec(tmp_path):
     path.write_text(json.dumps(config))
     setup = _setup("eager", "bf16", None)
     trace = trace_target(str(path), setup)
-    want = lower(load_model(str(path)), setup, device="cpu")
+    want = lower(load_model(str(path)), setup, device="traced")
     assert [b.saved_bytes for b in trace.graph.per_layer()] == [
         b.saved_bytes for b in want.per_layer()
     ]

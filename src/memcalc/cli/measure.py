@@ -19,6 +19,7 @@ from memcalc.cli.common import (
 )
 from memcalc.errors import MemcalcError
 from memcalc.install_hints import torch_missing
+from memcalc.measure.limits import BATCH_MAX, SEED_MAX
 from memcalc.spec.training import Attention, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
 
@@ -26,7 +27,7 @@ TORCH_MISSING = torch_missing("measure")
 EXAMPLES = """\b
 Examples:
   memcalc measure --model gpt2 --batch 4 --seq 512 --recompute full
-  memcalc measure --model tests/data/llama-2-7b-config.json --impl hf --precision bf16-mixed
+  memcalc measure --model tests/data/tiny-llama.toml --impl hf --precision bf16-mixed
   memcalc measure --model tests/data/hf/tiny/mistral.json --impl hf --precision bf16 --lora-rank 8
   memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --zero 3 --dp 2
   memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --tp 2
@@ -35,8 +36,22 @@ Examples:
 
 @click.command("measure", epilog=EXAMPLES)
 @model_option("gpt2")
-@click.option("--batch", "-b", type=int, default=1, show_default=True, help="Micro-batch size.")
-@click.option("--seq", "-s", type=int, default=512, show_default=True, help="Sequence length.")
+@click.option(
+    "--batch",
+    "-b",
+    type=click.IntRange(1, BATCH_MAX),
+    default=1,
+    show_default=True,
+    help="Micro-batch size.",
+)
+@click.option(
+    "--seq",
+    "-s",
+    type=click.IntRange(1, BATCH_MAX),
+    default=512,
+    show_default=True,
+    help="Sequence length.",
+)
 @click.option(
     "--precision",
     type=EnumChoice(Precision),
@@ -58,7 +73,7 @@ Examples:
     show_default=True,
     help="Attention kernel.",
 )
-@click.option("--dropout", type=float, default=None, help="Override every dropout rate.")
+@click.option("--dropout", type=float, default=None, help="Override every dropout rate, in [0, 1).")
 @click.option(
     "--recompute",
     type=EnumChoice(Recompute),
@@ -66,7 +81,9 @@ Examples:
     show_default=True,
     help="Recompute strategy.",
 )
-@click.option("--every", type=int, default=None, help="k for --recompute every-k.")
+@click.option(
+    "--every", type=click.IntRange(min=1), default=None, help="k for --recompute every-k."
+)
 @click.option(
     "--offload", multiple=True, help="WHAT=WHERE: optimizer=cpu or activations=cpu (repeatable)."
 )
@@ -77,14 +94,16 @@ Examples:
     show_default=True,
     help="ours (memcalc's reference model) or hf (transformers).",
 )
-@click.option("--device", default=None, help="cuda or cpu (default: cuda if present).")
+@click.option(
+    "--device", default=None, help="cpu, cuda or cuda:N (default: cuda if present, else cpu)."
+)
 @gpu_option
 @click.option(
     "--tolerance",
     type=float,
     default=0.03,
     show_default=True,
-    help="Largest relative error before exit code 1.",
+    help="Largest relative error before exit code 1, in (0, 1].",
 )
 @click.option(
     "--format",
@@ -95,7 +114,19 @@ Examples:
     help="table or json.",
 )
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed for weights and token ids."
+    "--seed",
+    type=click.IntRange(0, SEED_MAX),
+    default=0,
+    show_default=True,
+    help="Seed for weights and token ids (0 to 2**64 - 1).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Run even when the estimated need (plus a 10% margin) exceeds the memory available.",
+)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No progress on stderr (only the report on stdout)."
 )
 @finetune_options
 @click.option(
@@ -113,7 +144,12 @@ Examples:
 )
 @layout_options
 def measure_command(**values: Any) -> None:
-    """Run one warm-up and one measured training step; print estimate vs measured."""
+    """Run one warm-up and one measured training step; print estimate vs measured.
+
+    Before building anything, the estimated need plus a 10% margin is compared with the memory
+    available (free RAM on a CPU, free device memory on CUDA): a run that does not fit is
+    refused with both numbers (exit 2) unless --force. On a CPU the estimate is that of the
+    CPU's kernels; the GPU estimate is shown beside it."""
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -137,7 +173,13 @@ def measure_command(**values: Any) -> None:
     layout = layout_fields(values)
     for key in (*LAYOUT_KEYS, "fsdp_reshard"):
         values.pop(key, None)
-    text, ok = run_measure(**values, finetune=finetune, layout=layout)
+    from memcalc.measure.progress import interrupted
+
+    try:
+        text, ok = run_measure(**values, finetune=finetune, layout=layout)
+    except KeyboardInterrupt as e:
+        click.echo(interrupted("measure", getattr(e, "phase", "")), err=True)
+        raise click.exceptions.Exit(130) from None
     click.echo(text)
     if not ok:
         raise click.exceptions.Exit(1)

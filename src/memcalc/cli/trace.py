@@ -74,6 +74,9 @@ Examples:
     default=None,
     help="Override every dropout rate of an HF / preset model.",
 )
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No progress on stderr (only the estimate on stdout)."
+)
 @layout_options
 @strategy_options
 @output_options
@@ -89,11 +92,12 @@ def trace_command(**values: Any) -> None:
         import torch  # noqa: F401
     except ImportError:
         raise MemcalcError(TORCH_MISSING) from None
+    from memcalc.measure.progress import interrupted
     from memcalc.measure.trace_command import ImplChoice, run_trace
 
     layout = layout_fields(values)
-    click.echo(
-        run_trace(
+    try:
+        text = run_trace(
             values["target"],
             input_shape=values["input_shape"],
             gpu=values["gpu"],
@@ -112,5 +116,9 @@ def trace_command(**values: Any) -> None:
             mfu=values["mfu"],
             fmt=values["fmt"],
             unit=values["unit"],
+            quiet=values["quiet"],
         )
-    )
+    except KeyboardInterrupt as e:
+        click.echo(interrupted("trace", getattr(e, "phase", "")), err=True)
+        raise click.exceptions.Exit(130) from None
+    click.echo(text)

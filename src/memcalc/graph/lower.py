@@ -66,8 +66,17 @@ def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> 
     )
 
 
+DEVICES = ("cuda", "cpu", "traced")
+"""The kernel sets a graph is lowered for: a GPU's; a CPU's (``memcalc measure`` on a CPU); and
+what ``memcalc trace`` runs under FakeTensorMode (CPU kernels, but SDPA with dropout as flash
+and bool dropout masks, as on a GPU: ``measure/trace/fake.py`` ``gpu_kernels``)."""
+
+
 def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims:
-    """The sizes of one step of ``spec`` under ``setup``."""
+    """The sizes of one step of ``spec`` under ``setup`` on ``device`` (one of DEVICES)."""
+    if device not in DEVICES:
+        raise ValueError(f"device: one of {', '.join(DEVICES)}, not {device!r}")
+    cpu_kernels = device != "cuda"
     p = setup.activation_dtype
     if setup.prepared_for_kbit:
         # PEFT's k-bit preparation makes the embeddings, norms and LM head fp32: the residual
@@ -93,8 +102,8 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         V=-(-spec.vocab_size // t),  # vocab-parallel embedding and head (Megatron pads it)
         p=p,
         r=r,
-        stat_dtype=DType.fp32 if (device == "cuda" or r is DType.fp32) else r,
-        pow_in_fp32=setup.precision.is_amp and device == "cuda",
+        stat_dtype=DType.fp32 if (not cpu_kernels or r is DType.fp32) else r,
+        pow_in_fp32=setup.precision.is_amp and not cpu_kernels,
         tp=t,
         sp=setup.parallel.sequence_parallel,
         experts=moe.num_experts // setup.parallel.ep if moe else 0,
@@ -103,7 +112,8 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         shared_m=_split(moe.shared_size, t, "shared expert width") if moe else 0,
         moe_imbalance=setup.moe_imbalance,
         capacity_factor=capacity,
-        cpu=device == "cpu",
+        cpu=cpu_kernels,
+        cpu_dropout_sdpa=device == "cpu",
     )
 
 
@@ -154,7 +164,8 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     """The op graph of one training step of ``spec`` under ``setup``.
 
     ``device='cpu'`` mirrors the CPU kernels where they store differently (LayerNorm statistics
-    in the input dtype), for comparing with CPU measurements.
+    in the input dtype, SDPA with dropout as the math kernel), for comparing with CPU
+    measurements; ``device='traced'`` the kernels ``memcalc trace`` runs (see DEVICES).
 
     Korthikanti et al. 2022 (eq. 1), GPT-2 shape, 16-bit, eager, dropout: ~sbh(34 + 5as/h)
     per block; this lowering is that plus HF's 3 extra GELU tensors (gelu_new) and fp32 stats.

@@ -147,6 +147,9 @@ class Dims:
     """Expert capacity over the fair share; None: dropless routing."""
     cpu: bool = False
     """Lowered for CPU kernels where they save differently (comparisons with CPU runs)."""
+    cpu_dropout_sdpa: bool = False
+    """CPU SDPA with dropout as the math kernel the CPU runs (``device='cpu'``); off for the
+    kernels ``memcalc trace`` runs (``device='traced'``: that one as flash, as on a GPU)."""
 
     @property
     def T(self) -> int:  # noqa: N802 -- T is the paper's name for tokens

@@ -195,12 +195,24 @@ def _bytes_on(tensors: list[torch.Tensor], device: torch.device) -> int:
     return _unique_bytes([t for t in tensors if t.device.type == device.type])
 
 
+CPU_ALLOCATION_FAILED = ("can't allocate memory", "not enough memory")
+"""What torch's DefaultCPUAllocator says when malloc fails (a RuntimeError, not
+torch.OutOfMemoryError): ``alloc_cpu.cpp`` on Linux / macOS and on Windows."""
+
+
 @contextlib.contextmanager
 def _oom_as_error(phase: list[str]) -> Iterator[None]:
+    """An allocation that fails, on CUDA or on the host, as the one-line "does not fit"."""
     try:
         yield
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, MemoryError):
         raise MemcalcError(f"does not fit: out of memory at {phase[0]}") from None
+    except RuntimeError as e:
+        if not any(s in str(e) for s in CPU_ALLOCATION_FAILED):
+            raise
+        tried = str(e).split("you tried to allocate ", 1)[-1].split(" bytes", 1)[0]
+        size = f" (an allocation of {int(tried):,} bytes failed)" if tried.isdigit() else ""
+        raise MemcalcError(f"does not fit: out of host memory at {phase[0]}{size}") from None
 
 
 def measure(
@@ -217,6 +229,8 @@ def measure(
 ) -> Measurement:
     """Build ``spec``, apply the strategy, run a warm-up and a measured step, count bytes."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if setup.lora is not None and impl is not Impl.hf:
+        raise MemcalcError("--lora-rank: LoRA is measured on the HF model: --impl hf")
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
     what = check_offload(offload)
@@ -225,7 +239,7 @@ def measure(
     phase = ["building the model"]
     with (
         _oom_as_error(phase),
-        bool_dropout_masks() if dev.type == "cpu" else contextlib.nullcontext(),
+        bool_dropout_masks() if dev.type == "cpu" else torch.cuda.device(dev),
     ):
         if dev.type == "cuda":
             torch.cuda.synchronize()
@@ -233,8 +247,6 @@ def measure(
         say("building the model")
         model = build_model(spec, setup, impl, dev, seed)
         if setup.lora is not None:
-            if impl is not Impl.hf:
-                raise MemcalcError("--lora-rank: LoRA is measured on the HF model: --impl hf")
             from memcalc.measure.finetune import apply_finetune
 
             model = apply_finetune(model, spec, setup)
@@ -273,11 +285,15 @@ def device_notes(spec: ModelSpec, setup: TrainingSetup, dev: torch.device) -> li
     """What a run on ``dev`` does differently from a GPU (said in the report)."""
     notes: list[str] = []
     if dev.type == "cpu":
-        notes.append("CPU: dropout re-routed to torch.native_dropout (bool masks, as on CUDA)")
+        if spec.has_dropout:
+            notes.append(
+                "CPU: F.dropout re-routed to torch.native_dropout (bool masks, as on CUDA)"
+            )
         if attention_kind(setup) == "sdpa" and spec.attention_dropout > 0:
             notes.append(
-                "CPU SDPA with dropout runs a math kernel that saves the full "
-                "attention matrix in fp32; a GPU does not (expect a large error)"
+                "CPU SDPA with dropout runs torch's math kernel, which saves the s x s scores, "
+                "dropout noise and dropped probabilities in fp32: the estimate models it; "
+                "a GPU's fused kernel saves none of them (gpu estimate)"
             )
     return notes
 
@@ -289,10 +305,18 @@ def token_ids(spec: ModelSpec, setup: TrainingSetup, seed: int, dev: torch.devic
 
 
 def _one_step(
-    trainer: _Trainer, ids: torch.Tensor, phase: list[str], on: Callable[[str, Any], None]
+    trainer: _Trainer,
+    ids: torch.Tensor,
+    phase: list[str],
+    on: Callable[[str, Any], None],
+    stage: Progress | None = None,
 ) -> None:
+    """One training step; ``phase[0]`` names the part running (for an out-of-memory error)
+    and ``stage`` is told as each part starts."""
+    tell = stage or (lambda _msg: None)
     trainer.zero_grad()
     phase[0] = "forward"
+    tell(phase[0])
     on("before_forward", None)
     if trainer.autocast is None:
         loss = forward_loss(trainer.model, ids)
@@ -301,9 +325,11 @@ def _one_step(
             loss = forward_loss(trainer.model, ids)
     on("after_forward", loss)
     phase[0] = "backward"
+    tell(phase[0])
     loss.backward()
     on("after_backward", loss)
     phase[0] = "optimizer step"
+    tell(phase[0])
     trainer.step()
     on("after_step", None)
 
@@ -360,9 +386,9 @@ def _measure_cpu(
     extras: Extras = Extras(),
 ) -> dict[str, Any]:
     model = trainer.model
-    say("warm-up step")
-    for _ in range(extras.warmup_steps):
-        _one_step(trainer, ids, phase, lambda *_: None)
+    for i in range(extras.warmup_steps):
+        label = "warm-up step" + (f" {i + 1}" if extras.warmup_steps > 1 else "")
+        _one_step(trainer, ids, phase, lambda *_: None, lambda p, at=label: say(f"{at}: {p}"))
     params = trainer.params
     device = params[0].device
     from memcalc.measure.finetune import quant_state_tensors
@@ -392,12 +418,11 @@ def _measure_cpu(
             grads.extend(trainer.grads)
             tracker.phase = "optimizer step"
 
-    say("measured step")
     opt_b = _optimizer_bytes(trainer, device)
     with tracker:
         tracker.register([weights, trainer.opt_params, trainer.state_tensors(), ids, live])
         tracker.reset_peak()
-        _one_step(trainer, ids, phase, on)
+        _one_step(trainer, ids, phase, on, lambda p: say(f"measured step: {p}"))
     held = marks["after_forward"] - marks["before_forward"] - loss_bytes[0]
     acts = recorder.total_bytes if recompute is Recompute.none else held
     return {
@@ -423,8 +448,7 @@ def _measure_cuda(
 ) -> dict[str, Any]:
     cuda = torch.cuda
     params_b = params_bytes
-    say("warm-up step")
-    _one_step(trainer, ids, phase, lambda *_: None)
+    _one_step(trainer, ids, phase, lambda *_: None, lambda p: say(f"warm-up step: {p}"))
     trainer.zero_grad()
     cuda.synchronize()
     device = trainer.params[0].device
@@ -438,10 +462,9 @@ def _measure_cuda(
         if loss is not None:
             loss_bytes[0] = loss.untyped_storage().nbytes()
 
-    say("measured step")
     cuda.reset_peak_memory_stats()
     retries_before = cuda.memory_stats().get("num_alloc_retries", 0)
-    _one_step(trainer, ids, phase, on)
+    _one_step(trainer, ids, phase, on, lambda p: say(f"measured step: {p}"))
     cuda.synchronize()
     stats = cuda.memory_stats()
     # Blocks are rounded to 512 B by the caching allocator; differences include that rounding.

@@ -4,6 +4,7 @@ what ``memcalc estimate`` prints for it. The command itself is in ``memcalc/cli/
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from enum import Enum
 
 from memcalc.report import Format
@@ -23,6 +24,62 @@ class ImplChoice(str, Enum):
 
 def run_trace(
     target: str,
+    *,
+    input_shape: str,
+    gpu: str,
+    precision: Precision,
+    grad_dtype: GradDType | None,
+    optimizer: OptimizerKind,
+    foreach: bool,
+    attention: Attention | None,
+    impl: ImplChoice | None,
+    dropout: float | None,
+    layout: dict[str, object],
+    recompute: Recompute | None,
+    every: int | None,
+    budget: str | None,
+    offload: list[str],
+    mfu: float,
+    fmt: Format,
+    unit: Unit,
+    quiet: bool = False,
+) -> str:
+    """The estimate of ``target`` as traced, rendered as ``memcalc estimate`` renders it; a
+    progress bar on stderr (``measure/progress.py``) unless ``quiet``."""
+    from memcalc.measure.progress import Progress, mode_of
+
+    with Progress("memcalc trace", total=TRACE_PHASES, mode=mode_of(quiet)) as progress:
+        return _run_trace(
+            target,
+            progress,
+            input_shape=input_shape,
+            gpu=gpu,
+            precision=precision,
+            grad_dtype=grad_dtype,
+            optimizer=optimizer,
+            foreach=foreach,
+            attention=attention,
+            impl=impl,
+            dropout=dropout,
+            layout=layout,
+            recompute=recompute,
+            every=every,
+            budget=budget,
+            offload=offload,
+            mfu=mfu,
+            fmt=fmt,
+            unit=unit,
+        )
+
+
+TRACE_PHASES = 6
+"""Phases the progress bar counts: loading the target, building the model, forward, op graph,
+backward, estimating."""
+
+
+def _run_trace(
+    target: str,
+    progress: Callable[[str], None],
     *,
     input_shape: str,
     gpu: str,
@@ -65,6 +122,7 @@ def run_trace(
     )
     options = chosen_options(recompute, every, budget, offload, mfu)
 
+    progress("loading the target")
     resolved = resolve_target(target, setup, Impl((impl or ImplChoice.ours).value))
     notes = [
         f"activations traced from {target} at {batch}x{seq} under FakeTensorMode "
@@ -82,7 +140,14 @@ def run_trace(
             _warn(f"{flag} has no effect on a {resolved.kind} target (the model runs as built)")
     if precision is Precision.fp8_mixed:
         _warn("--precision fp8-mixed: traced in bf16; fp8 copies of linear inputs are not traced")
-    trace = trace_module(resolved.build, setup, name=resolved.name, vocab_size=resolved.vocab_size)
+    trace = trace_module(
+        resolved.build,
+        setup,
+        name=resolved.name,
+        vocab_size=resolved.vocab_size,
+        progress=progress,
+    )
+    progress("estimating")
     print(describe(trace), file=sys.stderr)
     for note in trace.notes:
         _warn(note)

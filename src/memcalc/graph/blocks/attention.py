@@ -118,6 +118,8 @@ def attention_core(
             grads=scores * p + 2 * T * dims.q * p,
         )
         return tensor(f"{prefix}.merged", T, dims.q, dims.p)
+    if dims.cpu_dropout_sdpa and dropout_p > 0:
+        return _cpu_math_sdpa(sc, dims, q, k, v, dropout_p, prefix=prefix)
     lse = Saved(f"{prefix}.logsumexp", b * a * s, DType.fp32)
     out = tensor(f"{prefix}.merged", T, dims.q, dims.p)
     sc.add(
@@ -131,6 +133,74 @@ def attention_core(
         grads=T * (dims.q + 2 * dims.kv) * p + out.nbytes,
     )
     return out
+
+
+def _cpu_math_sdpa(
+    sc: Scope, dims: Dims, q: Saved, k: Saved, v: Saved, dropout_p: float, *, prefix: str
+) -> Saved:
+    """CPU SDPA with dropout: the CPU flash kernel refuses dropout (``sdp_utils_cpp.cpp``
+    ``check_for_dropout``), so ``aten::_scaled_dot_product_attention_math``
+    (``aten/src/ATen/native/transformers/attention.cpp``; also what
+    ``torch/_decomp/decompositions.py`` lowers ``_scaled_dot_product_flash_attention_for_cpu``
+    to) runs, composite, in fp32 whatever the inputs: ``q.float() * sqrt(scale)`` and
+    ``k.float()`` (repeated to every head under ``enable_gqa``) ``.transpose * sqrt(scale)``
+    -- new fp32 tensors the QK bmm saves; ``_safe_softmax`` saves its fp32 result (the s x s
+    scores); dropout is CPU ``at::dropout``, a multiply by fp32 bernoulli noise, which it saves;
+    the PV bmm saves the dropped fp32 probabilities and an fp32 v; then ``.to(dtype)`` and the
+    model's ``transpose(1, 2).contiguous()`` copy for the out-projection. Verified op by op with
+    a dispatch mode and saved-tensor hooks on torch 2.13 (CPU). A GPU runs a fused kernel that
+    stores none of the s x s tensors; ``lower(device="cuda")`` never takes this path. Still one
+    SDPA call: selective recompute has no core to drop here.
+
+    v is saved as it is only when it is already fp32 (no autocast cast), torch does not repeat
+    it (no GQA left to do), and bmm's reshape of it to (b*a, s, d) is a view: b == 1, or v is a
+    contiguous head-major copy (HF ``repeat_kv``). Otherwise ``v.float()`` / the repeat / the
+    reshape makes a new fp32 (T x a*d) tensor.
+    """
+    b, s, a, T = dims.b, dims.s, dims.a, dims.T
+    scores = b * a * s * s
+    fp32 = DType.fp32
+    q_s = Saved(f"{prefix}.q_scaled", T * dims.q, fp32)
+    k_s = Saved(f"{prefix}.k_scaled", T * dims.q, fp32)
+    sc.add(
+        f"{prefix}.qk_matmul",
+        ATTN,
+        [q_s, k_s],
+        matmul_flops(b * a * s, dims.d, s),
+        "aten.bmm (CPU math SDPA, fp32): saves the scaled q and k",
+        grads=scores * 4 + 2 * T * dims.q * 4,
+    )
+    sc.add(
+        f"{prefix}.softmax",
+        ATTN,
+        [Saved(f"{prefix}.softmax", scores, fp32)],
+        5 * scores,
+        "aten._safe_softmax: saves result",
+        grads=2 * scores * 4,
+    )
+    sc.add(
+        f"{prefix}.attn_dropout",
+        ATTN,
+        [Saved(f"{prefix}.dropout_noise", scores, fp32)],
+        2 * scores,
+        "aten.mul(attn, noise) (CPU at::dropout): saves the fp32 noise",
+        grads=2 * scores * 4,
+    )
+    probs = Saved(f"{prefix}.dropped", scores, fp32)
+    repeated = v.name.endswith("_repeated")
+    torch_repeats = dims.kv != dims.q and not repeated
+    as_is = v.dtype is fp32 and sc.autocast is None and not torch_repeats
+    if not (as_is and (b == 1 or repeated)):
+        v = Saved(f"{prefix}.v_fp32", T * dims.q, fp32)
+    sc.add(
+        f"{prefix}.av_matmul",
+        ATTN,
+        [probs, v],
+        matmul_flops(b * a * s, s, dims.d),
+        "aten.bmm (CPU math SDPA, fp32): saves the dropped probs and an fp32 v",
+        grads=scores * 4 + 2 * T * dims.q * 4,
+    )
+    return tensor(f"{prefix}.merged", T, dims.q, dims.p)
 
 
 SDPA_GQA_MAX_HEAD_DIM = 256

@@ -91,6 +91,9 @@ def launch(
             )
             try:
                 code = proc.wait(timeout=timeout_s)
+            except KeyboardInterrupt:  # the ranks are in their own session: end them too
+                _kill(proc)
+                raise
             except subprocess.TimeoutExpired:
                 _kill(proc)
                 raise MemcalcError(

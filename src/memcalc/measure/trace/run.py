@@ -50,9 +50,12 @@ def trace_module(
     *,
     name: str,
     vocab_size: int | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Trace:
     """Build ``build()`` under FakeTensorMode, run one training forward/backward on (B, S) token
-    ids, and turn what autograd saved into an ``OpGraph`` (see the module docstring)."""
+    ids, and turn what autograd saved into an ``OpGraph`` (see the module docstring);
+    ``progress`` is told as each part starts."""
+    say = progress or (lambda _msg: None)
     start = time.perf_counter()
     batch, seq = setup.batch, setup.seq
     dtype = torch_dtype(setup.weight_dtype)  # fp32 under autocast (amp-*)
@@ -62,6 +65,7 @@ def trace_module(
         else contextlib.nullcontext()
     )
     with FakeTensorMode(allow_non_fake_inputs=True), gpu_kernels():
+        say("tracing: building the model")
         model = build()
         device = _device(model, name)
         cast_floating(model, dtype).train()
@@ -85,9 +89,12 @@ def trace_module(
                     OpRecorder(rec),
                     autocast,
                 ):
+                    say("tracing: forward")
                     out = run_forward(model, ids)
                     loss, logits = loss_and_logits(out, ids)
+            say("tracing: op graph")
             built = build_graph(rec, blocks, modules, loss, logits, batch, seq, list(SDPA_SPANS))
+            say("tracing: backward")
             loss.backward()
         except MemcalcError:
             raise
