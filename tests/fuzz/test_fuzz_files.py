@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memcalc.profiles import FIELDS as PROFILE_FIELDS
+from memcalc.profiles import GpuProfile
 from memcalc.spec.model import MlaSpec, ModelSpec, MoeSpec
 
 if sys.version_info >= (3, 11):
@@ -147,12 +149,48 @@ PROGRESS_BASE = {
 }
 
 
+HINTS = {
+    "": typing.get_type_hints(ModelSpec),
+    "moe": typing.get_type_hints(MoeSpec),
+    "mla": typing.get_type_hints(MlaSpec),
+    "profile": typing.get_type_hints(GpuProfile),
+}
+NUMBER_TYPES = (int, float, int | None, float | None)
+
+
+def impossible(hint: object, value: object) -> bool:
+    """A value no number field can take: a bool, a non-finite float, a float with a fraction
+    for an int, an integer past any bound."""
+    if hint not in NUMBER_TYPES:
+        return False
+    if isinstance(value, bool) or isinstance(value, (str, list, dict)):
+        return True
+    if isinstance(value, float) and not math.isfinite(value):
+        return True
+    if hint in (int, int | None) and isinstance(value, float) and not value.is_integer():
+        return True
+    return isinstance(value, int) and abs(value) > 10**18
+
+
+HF_NUMBERS = {
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+}
+"""HF config keys memcalc reads as whole numbers."""
+
+
 def _estimate(path: Path) -> list[str]:
     return ["estimate", "--model", str(path), "--format", "json"]
 
 
-def _file_check(path: Path, argv: list[str]) -> None:
-    check(argv, names=[str(path), path.name], files=[path])
+def _file_check(path: Path, argv: list[str], valid: bool | None = None) -> None:
+    check(argv, names=[str(path), path.name], files=[path], valid=valid)
 
 
 # --- one field of a valid file set to an odd value -----------------------------------------
@@ -184,7 +222,11 @@ def test_spec_file_fields(profile_name, suffix, tmp_path):
             doc[name] = value
         path = tmp_path / f"spec{suffix}"
         path.write_text(to_toml(doc) if suffix == ".toml" else to_json(doc))
-        _file_check(path, _estimate(path))
+        hint = HINTS[table].get(name)
+        bad = name == "unknown_key" or impossible(hint, value) and value is not None
+        if suffix == ".toml" and value is None or isinstance(value, list) and None in value:
+            bad = False  # TOML has no null: the field is left out
+        _file_check(path, _estimate(path), valid=False if bad else None)
 
     run()
 
@@ -204,7 +246,13 @@ def test_hf_config_fields(profile_name, base, tmp_path):
             doc[key] = value
         path = tmp_path / "config.json"
         path.write_text(to_json(doc))
-        _file_check(path, _estimate(path))
+        bad = (
+            not drop
+            and key in HF_NUMBERS
+            and value is not None
+            and (impossible(int, value) or isinstance(value, (int, float)) and value <= 0)
+        )
+        _file_check(path, _estimate(path), valid=False if bad else None)
 
     run()
 
@@ -226,7 +274,8 @@ def test_profile_fields(profile_name, tmp_path):
             "plan": ["plan", "--gpu", str(path), "--max-gpus", "2", "--top", "2"],
             "show": ["profiles", "show", str(path)],
         }[command]
-        _file_check(path, argv)
+        bad = key == "unknown_key" or impossible(HINTS["profile"].get(key), value)
+        _file_check(path, argv, valid=False if bad and value is not None else None)
 
     run()
 
