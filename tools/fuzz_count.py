@@ -3,7 +3,8 @@
     python tools/fuzz_count.py [pytest args...]
 
 Runs ``pytest tests/fuzz`` with ``MEMCALC_FUZZ_LOG`` set (every case is logged, none fails a
-test or is shrunk) and prints: cases run, cases failed, and the failures by kind.
+test or is shrunk) and prints: cases run, cases failed, and the failures by kind
+(``MEMCALC_FUZZ_KEEP=path`` keeps the log of every case).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ def main() -> int:
         args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/fuzz"]
         subprocess.run([*args, *sys.argv[1:]], cwd=root, env=env, check=False)
         cases = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        keep = os.environ.get("MEMCALC_FUZZ_KEEP")
+        if keep and log.exists():
+            Path(keep).write_text(log.read_text())
     failed = [c for c in cases if c["problems"]]
     print(f"fuzz cases run: {len(cases)}, failed: {len(failed)}")
     kinds = collections.Counter(c["problems"][0].split(":")[0][:60] for c in failed)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from memcalc.errors import MemcalcError, one_of
+from memcalc.files import read_data_file, shown
 from memcalc.resources import data_dir
-from memcalc.spec.loaders import read_data_file
 from memcalc.spec.training import DType
 from memcalc.units import GB, GIB, Unit, format_bytes
 from memcalc.validate import FieldError, check, parse, replace, spec_field
@@ -410,6 +410,15 @@ def load_profile(name_or_path: str) -> GpuProfile:
         path = Path(name_or_path)
     else:
         raise _unknown_profile(name_or_path, list(builtin))
+    try:
+        missing = resolved is None and not path.exists() and not path.is_dir()
+    except (OSError, ValueError):
+        missing = False  # read_data_file says what is wrong with the path
+    if missing:
+        raise MemcalcError(
+            f"--gpu: {shown(path)}: no such file; give a profile file's path or one of: "
+            f"{', '.join(builtin)}"
+        )
     data = read_data_file(path)
     data.setdefault("name", path.stem)
     if "given" in data:

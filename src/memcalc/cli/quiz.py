@@ -3,12 +3,11 @@ the quiz (``memcalc.quiz.command``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
-from memcalc.cli.common import gpu_option, model_option, setup_options
+from memcalc.cli.common import MFU, FilePath, gpu_option, model_option, setup_options
 from memcalc.estimate import DEFAULT_MFU
 from memcalc.quiz.bank import Difficulty, Lang, Topic
 from memcalc.quiz.command import Format, choices, quiz_command
@@ -29,7 +28,7 @@ Examples:
 @setup_options
 @click.option(
     "--mfu",
-    type=float,
+    type=MFU,
     default=DEFAULT_MFU,
     show_default=True,
     help="Model-FLOPs utilisation for the times shown.",
@@ -81,7 +80,7 @@ Examples:
 @click.option("--stats", is_flag=True, help="Show mastery per topic from the progress file.")
 @click.option(
     "--progress",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="Progress file (default $XDG_STATE_HOME/memcalc/quiz.json, else "
     "~/.local/state/memcalc/quiz.json).",

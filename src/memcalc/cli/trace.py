@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from memcalc.cli.common import (
+    RATE,
     EnumChoice,
     gpu_option,
     layout_fields,
@@ -16,7 +17,7 @@ from memcalc.cli.common import (
     strategy_options,
 )
 from memcalc.errors import MemcalcError
-from memcalc.spec.training import Attention, GradDType, OptimizerKind, Precision
+from memcalc.spec.training import MAX_TOKENS, Attention, GradDType, OptimizerKind, Precision
 
 TORCH_MISSING = (
     "memcalc trace needs torch: pip install torch --index-url "
@@ -72,7 +73,7 @@ Examples:
 )
 @click.option(
     "--dropout",
-    type=float,
+    type=RATE,
     default=None,
     help="Override every dropout rate of an HF / preset model.",
 )
@@ -93,9 +94,10 @@ def trace_command(**values: Any) -> None:
         raise MemcalcError(TORCH_MISSING) from None
     from memcalc.measure.trace_command import ImplChoice, run_trace
 
+    check_input_shape(values["input_shape"])
     layout = layout_fields(values)
-    click.echo(
-        run_trace(
+    try:
+        text = run_trace(
             values["target"],
             input_shape=values["input_shape"],
             gpu=values["gpu"],
@@ -115,4 +117,33 @@ def trace_command(**values: Any) -> None:
             fmt=values["fmt"],
             unit=values["unit"],
         )
-    )
+    except SystemExit as e:  # the user's target called sys.exit
+        raise MemcalcError(
+            f"{values['target']}: the target exited (sys.exit({e.code!r})) instead of returning "
+            "an nn.Module"
+        ) from None
+    click.echo(text)
+
+
+def check_input_shape(text: str) -> None:
+    """``--input-shape BxS``: two ASCII whole numbers from 1, at most MAX_TOKENS tokens.
+
+    >>> check_input_shape("4x1024")
+    >>> check_input_shape("²x8")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    memcalc.errors.MemcalcError: --input-shape: expected BxS ... got '²x8'
+    """
+    parts = text.lower().replace("×", "x").split("x")
+    if len(parts) != 2 or not all(
+        p.strip().isascii() and p.strip().isdigit() and len(p.strip()) <= 20 and int(p) > 0
+        for p in parts
+    ):
+        raise MemcalcError(
+            f"--input-shape: expected BxS (batch x sequence length), e.g. 4x1024; got {text[:40]!r}"
+        )
+    tokens = int(parts[0]) * int(parts[1])
+    if tokens > MAX_TOKENS:
+        raise MemcalcError(
+            f"--input-shape: {tokens:,} tokens per micro-batch is over {MAX_TOKENS:,} (batch x seq)"
+        )
