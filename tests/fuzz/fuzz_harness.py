@@ -22,7 +22,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, Phase, settings
+
+# Hypothesis profiles: ``ci`` (the default: a fixed, derandomized number of examples per
+# test, the whole suite within about a minute) and ``slow`` (ten times as many, random; the
+# ``slow``-marked copy of each property, ``pytest -m slow tests/fuzz``).
+_QUIET = [
+    HealthCheck.too_slow,
+    HealthCheck.filter_too_much,
+    HealthCheck.data_too_large,
+    HealthCheck.function_scoped_fixture,
+]
+
+settings.register_profile(
+    "ci",
+    max_examples=40,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=_QUIET,
+    print_blob=False,
+)
+settings.register_profile(
+    "slow",
+    max_examples=400,
+    derandomize=False,
+    database=None,
+    deadline=None,
+    suppress_health_check=_QUIET,
+)
+# counting mode (tools/fuzz_count.py): every generated case runs, none is shrunk
+settings.register_profile(
+    "count",
+    parent=settings.get_profile("ci"),
+    phases=[Phase.explicit, Phase.generate],
+)
 
 CASE_SECONDS = 20
 """A case running longer than this is a hang (the promise: bounded work)."""

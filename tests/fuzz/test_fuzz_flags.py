@@ -266,3 +266,31 @@ def test_strategy_flags_together(profile_name):
         )
 
     run()
+
+
+@pytest.mark.parametrize("profile_name", PROFILES)
+def test_valid_setups_give_strict_finite_json(profile_name):
+    """Setups within every bound: exit 0 (or 2 where the model cannot run them, e.g. a
+    sequence past its position table), and JSON with finite numbers only."""
+    from memcalc.spec.presets import PRESETS
+
+    @profile(profile_name, examples=30)
+    @given(
+        model=st.sampled_from(sorted(PRESETS)),
+        batch=st.integers(1, 64),
+        seq=st.sampled_from([1, 7, 128, 1024, 2048, 4096]),
+        recompute=st.sampled_from(["none", "selective", "full", "every-k"]),
+        mfu=st.floats(0.001, 1.0),
+        gpu=st.sampled_from(["h100", "a100", "4090", "mi300x"]),
+        command=st.sampled_from(["estimate", "plan"]),
+    )
+    def run(model, batch, seq, recompute, mfu, gpu, command):
+        argv = [command, "--model", model, "--batch", str(batch), "--seq", str(seq)]
+        argv += ["--mfu", repr(mfu), "--gpu", gpu, "--format", "json"]
+        if command == "estimate":
+            argv += ["--recompute", recompute]
+        else:
+            argv += ["--max-gpus", "2", "--top", "2"]
+        check(argv, names=["--model", "--batch", "--seq", "--gpu", "seq", "batch"], json_out=True)
+
+    run()

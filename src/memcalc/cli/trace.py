@@ -88,13 +88,13 @@ def trace_command(**values: Any) -> None:
     TARGET is module:function returning an nn.Module (imported from the current directory;
     runs your code), an HF config.json (random init), or a memcalc preset / spec file.
     """
+    check_input_shape(values["input_shape"])  # bad input is reported with or without torch
     try:
         import torch  # noqa: F401
     except ImportError:
         raise MemcalcError(TORCH_MISSING) from None
     from memcalc.measure.trace_command import ImplChoice, run_trace
 
-    check_input_shape(values["input_shape"])
     layout = layout_fields(values)
     try:
         text = run_trace(
