@@ -85,6 +85,18 @@ MIN_BYTES_PER_S = 1e6
 MAX_BYTES_PER_S = 1e15
 
 
+PROFILE_LIMITS: dict[str, tuple[float, float]] = {
+    "runtime_overhead_bytes": (0, 2**50),
+    "gpus_per_node": (1, 4096),
+    "host_memory_bytes_per_gpu": (0, 2**50),
+    "nvme_bytes_per_gpu": (0, 2**60),
+    "cpu_adam_params_per_s": (1e3, 1e15),
+}
+"""Bounds of the profile fields the rate and bandwidth rules below do not cover: beyond any
+server (1 PiB of host memory per GPU, 4,096 GPUs per node), and CPU optimizer rates for
+which a step's time stays finite."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class GpuProfile:
     """One GPU model as its datasheet describes it, plus the typical server it sits in (for
@@ -226,6 +238,10 @@ class GpuProfile:
             object.__setattr__(self, "display_name", self.name)
 
     def _check(self) -> None:
+        for name, (low, high) in PROFILE_LIMITS.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise FieldError(name, f"must be from {low:,g} to {high:,g}, got {value!r}")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if (
