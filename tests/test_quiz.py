@@ -574,7 +574,7 @@ def test_urdu_quiz():
         (("--model", "gtp2"), "--model: unknown value 'gtp2'; did you mean 'gpt2'?"),
         (("--gpu", "h1000"), "--gpu: unknown value 'h1000'; did you mean 'h100-sxm-80gb'?"),
         (("--source", "model", "--topic", "attention"), "--topic attention: no question matches"),
-        (("--mfu", "1.5"), "--mfu: must be in (0, 1], got 1.5"),
+        (("--mfu", "1.5"), "Invalid value for '--mfu': 1.5 is outside [0.001, 1]"),
         (("--format", "anki"), "--format: anki is a study-sheet format; use it with --reveal"),
         (("--typed", "--answers", "a"), "--typed: only for a quiz answered at the keyboard"),
         (("--typed", "--reveal"), "--typed: only for a quiz answered at the keyboard"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from memcalc.errors import MemcalcError
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Component, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
@@ -28,6 +29,9 @@ from memcalc.timeline import Moment, Timeline, step_timeline
 DEFAULT_MFU = 0.4
 """Assumed model-FLOPs utilisation for turning FLOPs into seconds (typical well-tuned
 dense-transformer training reaches 0.35-0.55 of dense peak)."""
+MIN_MFU = 0.001
+"""Lowest model-FLOPs utilisation accepted: below 0.1% of peak a step's time means nothing
+(and 1e-320 would make it infinite)."""
 
 DEFAULT_HEADROOM = 0.10
 """Fraction of GPU memory a configuration must leave free to count as fitting: the caching
@@ -49,6 +53,14 @@ class Options:
     mfu: float = DEFAULT_MFU
     headroom: float = DEFAULT_HEADROOM
     """Fraction of GPU memory kept free (see DEFAULT_HEADROOM)."""
+
+    def __post_init__(self) -> None:
+        if not MIN_MFU <= self.mfu <= 1:  # also refuses nan
+            raise MemcalcError(f"--mfu: must be from {MIN_MFU} to 1, got {self.mfu!r}")
+        if not 0 <= self.headroom < 0.9:
+            raise MemcalcError(
+                f"--headroom: must be at least 0 and below 90%, got {self.headroom!r}"
+            )
 
     @property
     def label(self) -> str:

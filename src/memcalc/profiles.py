@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from memcalc.errors import MemcalcError, one_of
+from memcalc.files import read_data_file, shown
 from memcalc.resources import data_dir
-from memcalc.spec.loaders import read_data_file
 from memcalc.spec.training import DType
 from memcalc.units import GB, GIB, Unit, format_bytes
 from memcalc.validate import FieldError, check, parse, replace, spec_field
@@ -83,6 +83,18 @@ MIN_FLOPS_PER_S = 1e9
 MAX_FLOPS_PER_S = 1e18
 MIN_BYTES_PER_S = 1e6
 MAX_BYTES_PER_S = 1e15
+
+
+PROFILE_LIMITS: dict[str, tuple[float, float]] = {
+    "runtime_overhead_bytes": (0, 2**50),
+    "gpus_per_node": (1, 4096),
+    "host_memory_bytes_per_gpu": (0, 2**50),
+    "nvme_bytes_per_gpu": (0, 2**60),
+    "cpu_adam_params_per_s": (1e3, 1e15),
+}
+"""Bounds of the profile fields the rate and bandwidth rules below do not cover: beyond any
+server (1 PiB of host memory per GPU, 4,096 GPUs per node), and CPU optimizer rates for
+which a step's time stays finite."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,6 +238,10 @@ class GpuProfile:
             object.__setattr__(self, "display_name", self.name)
 
     def _check(self) -> None:
+        for name, (low, high) in PROFILE_LIMITS.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise FieldError(name, f"must be from {low:,g} to {high:,g}, got {value!r}")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if (
@@ -410,6 +426,15 @@ def load_profile(name_or_path: str) -> GpuProfile:
         path = Path(name_or_path)
     else:
         raise _unknown_profile(name_or_path, list(builtin))
+    try:
+        missing = resolved is None and not path.exists() and not path.is_dir()
+    except (OSError, ValueError):
+        missing = False  # read_data_file says what is wrong with the path
+    if missing:
+        raise MemcalcError(
+            f"--gpu: {shown(path)}: no such file; give a profile file's path or one of: "
+            f"{', '.join(builtin)}"
+        )
     data = read_data_file(path)
     data.setdefault("name", path.stem)
     if "given" in data:

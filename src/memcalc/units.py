@@ -3,10 +3,13 @@
 GiB = 2**30 bytes and GB = 10**9 bytes are never mixed; every label says which one it is.
 """
 
+import math
 from enum import Enum
 
 GIB = 2**30
 GB = 10**9
+MAX_SIZE_BYTES = 2**60
+"""Largest size a flag may give (1 EiB: beyond any GPU, host or budget)."""
 
 
 class Unit(str, Enum):
@@ -95,11 +98,13 @@ def parse_size(text: str, field: str = "--budget") -> int:
         value = float(number) * _SIZE_SUFFIXES[suffix]
     except (ValueError, KeyError):
         raise MemcalcError(
-            f"{field}: cannot read {text!r} as a size; use a number of bytes or a number with "
+            f"{field}: cannot read {text[:40]!r} as a size; use a number of bytes or a number with "
             f"one of: GiB, GB, MiB, MB, TiB, TB"
         ) from None
-    if value <= 0:
-        raise MemcalcError(f"{field}: must be positive, got {text!r}")
+    if not math.isfinite(value) or value > MAX_SIZE_BYTES:
+        raise MemcalcError(f"{field}: must be at most 1 EiB (2^60 bytes), got {text[:40]!r}")
+    if value < 1:
+        raise MemcalcError(f"{field}: must be at least 1 byte, got {text[:40]!r}")
     return int(value)
 
 
@@ -130,9 +135,9 @@ def parse_count(text: str, field: str) -> int:
         value = float(number) * _COUNT_SUFFIXES[suffix]
     except (ValueError, KeyError):
         raise MemcalcError(
-            f"{field}: cannot read {text!r} as a count; use a number, optionally with k, M, G "
+            f"{field}: cannot read {text[:40]!r} as a count; use a number, optionally with k, M, G "
             "(powers of 10) or Ki, Mi, Gi (powers of 2)"
         ) from None
-    if not (value >= 1 and value == int(value)) or value > 1e15:
-        raise MemcalcError(f"{field}: must be a whole number from 1 to 1e15, got {text!r}")
+    if not (math.isfinite(value) and 1 <= value <= 1e15 and value == int(value)):
+        raise MemcalcError(f"{field}: must be a whole number from 1 to 1e15, got {text[:40]!r}")
     return int(value)

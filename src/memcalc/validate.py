@@ -74,6 +74,19 @@ def spec_field(
     return dataclasses.field(default=default, metadata=meta)
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for a message, shortened when long (a 5,000-digit integer, a deep list).
+
+    >>> _shown(10**200)
+    '100000000000000000000000000000... (201 characters)'
+    """
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):  # a very deep list, a huge integer
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else f"{text[: limit // 2]}... ({len(text):,} characters)"
+
+
 def _number(x: float) -> str:
     return f"{x:,}" if isinstance(x, int) or float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
@@ -105,7 +118,7 @@ def _check_bounds(name: str, value: float, meta: Mapping[str, Any]) -> None:
             "lt": value < bound,
         }[key]
         if not ok:
-            raise FieldError(name, f"{what} {_number(bound)} ({_range(meta)}), got {value!r}")
+            raise FieldError(name, f"{what} {_number(bound)} ({_range(meta)}), got {_shown(value)}")
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -139,12 +152,12 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
         raise FieldError(name, errors[0] if len(errors) == 1 else "; ".join(errors))
     if origin is frozenset:
         if not isinstance(value, (frozenset, set, list, tuple)):
-            raise FieldError(name, f"expected a set, got {value!r}")
+            raise FieldError(name, f"expected a set, got {_shown(value)}")
         (item,) = typing.get_args(hint)
         return frozenset(_coerce(name, v, item) for v in value)
     if origin is tuple:
         if not isinstance(value, (tuple, list)):
-            raise FieldError(name, f"expected a list, got {value!r}")
+            raise FieldError(name, f"expected a list, got {_shown(value)}")
         (item,) = typing.get_args(hint)[:1]
         return tuple(_coerce(f"{name}[{i}]", v, item) for i, v in enumerate(value))
     if hint is typing.Any:
@@ -157,24 +170,24 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
             for m in hint:
                 if str(m.value).lower() == value.lower():
                     return m
-        raise FieldError(name, f"unknown value {value!r}; choose one of: {allowed}")
+        raise FieldError(name, f"unknown value {_shown(value)}; choose one of: {allowed}")
     if hint is bool:
         if isinstance(value, bool):
             return value
-        raise FieldError(name, f"expected true or false, got {value!r}")
+        raise FieldError(name, f"expected true or false, got {_shown(value)}")
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise FieldError(name, f"expected an integer, got {value!r}")
+            raise FieldError(name, f"expected an integer, got {_shown(value)}")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise FieldError(name, f"expected a number, got {value!r}")
+            raise FieldError(name, f"expected a number, got {_shown(value)}")
         if not math.isfinite(value):
-            raise FieldError(name, f"must be a finite number, got {value!r}")
+            raise FieldError(name, f"must be a finite number, got {_shown(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise FieldError(name, f"expected a string, got {value!r}")
+            raise FieldError(name, f"expected a string, got {_shown(value)}")
         return value
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if isinstance(value, hint):
@@ -184,7 +197,7 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
                 return parse(hint, value)
             except FieldError as e:
                 raise FieldError(f"{name}.{e.field}" if e.field else name, e.problem) from None
-        raise FieldError(name, f"expected a table of {hint.__name__} fields, got {value!r}")
+        raise FieldError(name, f"expected a table of {hint.__name__} fields, got {_shown(value)}")
     raise TypeError(f"{name}: unsupported annotation {hint!r}")  # pragma: no cover
 
 

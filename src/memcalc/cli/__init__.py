@@ -1,15 +1,19 @@
 """The memcalc command line: thin commands that parse, call one library function, print.
 
 Every command is imported only when it runs (``COMMANDS``), so ``memcalc estimate`` starts
-without loading the quiz, torch or the other commands. Bad input of any kind (unknown names,
-bad values, malformed files) ends with one line ``error: ...`` on stderr and exit code 2 --
-never a traceback.
+without loading the quiz, torch or the other commands. ``main`` is the one error path: bad
+input of any kind (unknown names, bad values, malformed files) ends with one line
+``error: <field or file>: <what> (<allowed>)`` on stderr and exit code 2; Ctrl-C with one line
+and exit code 130; anything unexpected with one line naming the version and asking for a bug
+report, exit code 1 -- the traceback only with ``--debug`` or ``MEMCALC_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import traceback
 
 import click
 
@@ -80,31 +84,64 @@ class _LazyGroup(click.Group):
     epilog="Run `memcalc COMMAND -h` for a command's options and examples.",
 )
 @click.version_option(__version__, "--version", prog_name="memcalc")
-def app() -> None:
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Print the traceback of an internal error (also MEMCALC_DEBUG=1).",
+)
+def app(debug: bool) -> None:
     """How much GPU memory a training job needs, and which recompute / offload strategy makes
     it fit."""
 
 
+def _debug(argv: list[str]) -> bool:
+    """``--debug`` before the command name, or ``MEMCALC_DEBUG=1``."""
+    if os.environ.get("MEMCALC_DEBUG", "").strip() not in ("", "0"):
+        return True
+    for arg in argv:
+        if arg == "--debug":
+            return True
+        if not arg.startswith("-"):
+            return False
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app; any usage error or MemcalcError is one line and exit 2."""
+    """Entry point and the one error path: a usage error or MemcalcError is one line and exit
+    2, Ctrl-C one line and exit 130, an internal error one line (a bug report) and exit 1."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        code = app.main(args=argv, prog_name="memcalc", standalone_mode=False)
+        code = app.main(args=args, prog_name="memcalc", standalone_mode=False)
     except MemcalcError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {_one_line(str(e))}", err=True)
         return 2
     except click.exceptions.NoArgsIsHelpError as e:
         click.echo(e.ctx.get_help() if e.ctx else str(e))
         return 0
     except click.UsageError as e:
-        message = " ".join(e.format_message().split())
-        click.echo(f"error: {message}", err=True)
+        click.echo(f"error: {_one_line(e.format_message())}", err=True)
         return 2
     except click.exceptions.Exit as e:
         return e.exit_code
     except (click.Abort, KeyboardInterrupt):
-        click.echo("aborted", err=True)
+        click.echo("error: interrupted (Ctrl-C)", err=True)
         return 130
+    except Exception as e:
+        if _debug(args):
+            traceback.print_exc()
+        where = "" if _debug(args) else "; run again with --debug for the traceback"
+        click.echo(
+            f"error: internal error in memcalc {__version__}: {type(e).__name__}: "
+            f"{_one_line(str(e))[:200]} -- this is a bug: please report it with the command "
+            f"line{where}",
+            err=True,
+        )
+        return 1
     return code if isinstance(code, int) else 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def run() -> None:  # pragma: no cover - console script

@@ -4,13 +4,15 @@ library's types. Enum choices are case-insensitive (``--unit gb``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from enum import Enum
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from memcalc.estimate import DEFAULT_MFU
+from memcalc.estimate import DEFAULT_MFU, MIN_MFU
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
 from memcalc.spec.finetune import Quantize
@@ -42,6 +44,61 @@ class EnumChoice(click.Choice):  # type: ignore[type-arg]
         if isinstance(value, self.enum):
             return value
         return self.enum(super().convert(value, param, ctx))
+
+
+class Number(click.ParamType):
+    """A finite number within stated bounds (click's FloatRange lets ``nan`` through): the
+    flag's value is refused with its range, never turned into inf or nan."""
+
+    name = "number"
+
+    def __init__(self, low: float, high: float, *, low_open: bool = False, high_open: bool = False):
+        self.low, self.high, self.low_open, self.high_open = low, high, low_open, high_open
+
+    @property
+    def allowed(self) -> str:
+        left = "(" if self.low_open else "["
+        right = ")" if self.high_open else "]"
+        return f"{left}{self.low:g}, {self.high:g}{right}"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, float):
+            number = value
+        else:
+            try:
+                number = float(str(value).strip())
+            except ValueError:
+                self.fail(
+                    f"{str(value)[:40]!r} is not a number (allowed: {self.allowed})", param, ctx
+                )
+        if isinstance(value, bool) or not math.isfinite(number):
+            self.fail(
+                f"{str(value)[:40]!r} is not a finite number (allowed: {self.allowed})", param, ctx
+            )
+        low_ok = number > self.low if self.low_open else number >= self.low
+        high_ok = number < self.high if self.high_open else number <= self.high
+        if not (low_ok and high_ok):
+            self.fail(f"{number:g} is outside {self.allowed}", param, ctx)
+        return number
+
+
+class FilePath(click.ParamType):
+    """A file path taken as given: no ``os.stat`` at parse time (click.Path's raises on a NUL
+    byte); the reader (``memcalc.files``) says what is wrong with it, naming it."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        text = str(value)
+        if "\x00" in text or not text.strip():
+            self.fail(f"{text[:60]!r} is not a usable path", param, ctx)
+        return Path(text)
+
+
+MFU = Number(MIN_MFU, 1.0)
+"""--mfu: a fraction of peak FLOP/s; below MIN_MFU a step's time is meaningless."""
+RATE = Number(0.0, 1.0, high_open=True)
+"""A dropout rate."""
 
 
 def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -152,7 +209,7 @@ setup_options = options(
         help="Loss implementation.",
     ),
     click.option(
-        "--dropout", type=float, default=None, help="Override every dropout rate of the model."
+        "--dropout", type=RATE, default=None, help="Override every dropout rate of the model."
     ),
 )
 
@@ -237,7 +294,7 @@ finetune_options = options(
     ),
     click.option(
         "--lora-alpha",
-        type=float,
+        type=Number(0.0, 1e6, low_open=True),
         default=16.0,
         show_default=True,
         help="lora_alpha (no memory effect; for parity with PEFT).",
@@ -250,7 +307,7 @@ finetune_options = options(
     ),
     click.option(
         "--lora-dropout",
-        type=float,
+        type=RATE,
         default=0.0,
         show_default=True,
         help="Dropout on the adapter input.",
@@ -308,7 +365,7 @@ strategy_options = options(
     ),
     click.option(
         "--mfu",
-        type=float,
+        type=MFU,
         default=DEFAULT_MFU,
         show_default=True,
         help="Model-FLOPs utilisation used to turn FLOPs into time.",

@@ -5,6 +5,8 @@ user probably did not mean (``spec/compat.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
 from memcalc.units import parse_size
+from memcalc.validate import FieldError
 
 
 @dataclass(frozen=True)
@@ -58,16 +61,30 @@ def read_inputs(values: dict[str, Any], gpu_names: tuple[str, ...]) -> Inputs:
 
 def _profile(name: str, values: dict[str, Any]) -> GpuProfile:
     memory = values.get("gpu_memory")
-    if memory is not None and not given("gpus") and not given("gpu"):
-        profile = adhoc_profile(parse_size(memory, "--gpu-memory"))
-    else:
-        profile = load_profile(name)
-        if memory is not None:
-            profile = profile.with_memory(parse_size(memory, "--gpu-memory"))
+    with _as_flag("--gpu-memory"):
+        if memory is not None and not given("gpus") and not given("gpu"):
+            profile = adhoc_profile(parse_size(memory, "--gpu-memory"))
+        else:
+            profile = load_profile(name)
+            if memory is not None:
+                profile = profile.with_memory(parse_size(memory, "--gpu-memory"))
     host = values.get("host_memory")
     if host is not None:
-        profile = profile.with_host_memory(parse_size(host, "--host-memory"))
+        with _as_flag("--host-memory"):
+            profile = profile.with_host_memory(parse_size(host, "--host-memory"))
     return profile
+
+
+@contextmanager
+def _as_flag(flag: str) -> Iterator[None]:
+    """A field error of the profile a flag changes (memory_bytes) named by that flag; errors
+    of a profile file keep naming the file."""
+    try:
+        yield
+    except FieldError as e:
+        if e.source:
+            raise
+        raise FieldError(flag, f"{e.field}: {e.problem}") from None
 
 
 def headroom_fraction(text: str | None) -> float:

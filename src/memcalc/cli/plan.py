@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from memcalc.cli.common import (
+    MFU,
     finetune_options,
     fit_options,
     gpu_memory_option,
@@ -74,7 +75,7 @@ MAX_GPUS = 65536
 @fit_options
 @click.option(
     "--mfu",
-    type=float,
+    type=MFU,
     default=DEFAULT_MFU,
     show_default=True,
     help="Model-FLOPs utilisation used to turn FLOPs into time.",
@@ -101,8 +102,6 @@ def plan_command(**values: Any) -> None:
     top = _bounded("--top", values["top"], 1, 1000)
     _bounded("--microbatches", values["microbatches"], 1, 10**6)
     headroom = inputs.headroom
-    if not 0 < values["mfu"] <= 1:
-        raise MemcalcError(f"--mfu: must be in (0, 1], got {values['mfu']}")
     global_batch = _global_batch(values, setup.seq)
     what = Maximize(values["maximize"].lower()) if values["maximize"] else None
     if what is Maximize.batch and global_batch is not None:
@@ -150,7 +149,7 @@ def _global_batch(values: dict[str, Any], seq: int) -> int | None:
             )
         batch = count // seq
     if batch is not None:
-        _bounded("--global-batch", batch, 1, 10**7)
+        _bounded("--global-batch", batch, 1, 10**6)
     return batch
 
 

@@ -3,12 +3,13 @@ the quiz (``memcalc.quiz.command``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
 from memcalc.cli.common import (
+    MFU,
+    FilePath,
     finetune_fields,
     finetune_options,
     gpu_option,
@@ -37,7 +38,7 @@ Examples:
 @finetune_options
 @click.option(
     "--mfu",
-    type=float,
+    type=MFU,
     default=DEFAULT_MFU,
     show_default=True,
     help="Model-FLOPs utilisation for the times shown.",
@@ -89,7 +90,7 @@ Examples:
 @click.option("--stats", is_flag=True, help="Show mastery per topic from the progress file.")
 @click.option(
     "--progress",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FilePath(),
     default=None,
     help="Progress file (default $XDG_STATE_HOME/memcalc/quiz.json, else "
     "~/.local/state/memcalc/quiz.json).",

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from memcalc.cli.common import (
+    RATE,
     EnumChoice,
     gpu_option,
     layout_fields,
@@ -17,7 +18,7 @@ from memcalc.cli.common import (
 )
 from memcalc.errors import MemcalcError
 from memcalc.install_hints import torch_missing
-from memcalc.spec.training import Attention, GradDType, OptimizerKind, Precision
+from memcalc.spec.training import MAX_TOKENS, Attention, GradDType, OptimizerKind, Precision
 
 TORCH_MISSING = torch_missing("trace")
 EXAMPLES = """\b
@@ -70,7 +71,7 @@ Examples:
 )
 @click.option(
     "--dropout",
-    type=float,
+    type=RATE,
     default=None,
     help="Override every dropout rate of an HF / preset model.",
 )
@@ -88,6 +89,7 @@ def trace_command(**values: Any) -> None:
     TARGET is module:function returning an nn.Module (imported from the current directory;
     runs your code), an HF config.json (random init), or a memcalc preset / spec file.
     """
+    check_input_shape(values["input_shape"])  # bad input is reported with or without torch
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -121,4 +123,33 @@ def trace_command(**values: Any) -> None:
     except KeyboardInterrupt as e:
         click.echo(interrupted("trace", getattr(e, "phase", "")), err=True)
         raise click.exceptions.Exit(130) from None
+    except SystemExit as e:  # the user's target called sys.exit
+        raise MemcalcError(
+            f"{values['target']}: the target exited (sys.exit({e.code!r})) instead of returning "
+            "an nn.Module"
+        ) from None
     click.echo(text)
+
+
+def check_input_shape(text: str) -> None:
+    """``--input-shape BxS``: two ASCII whole numbers from 1, at most MAX_TOKENS tokens.
+
+    >>> check_input_shape("4x1024")
+    >>> check_input_shape("²x8")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    memcalc.errors.MemcalcError: --input-shape: expected BxS ... got '²x8'
+    """
+    parts = text.lower().replace("×", "x").split("x")
+    if len(parts) != 2 or not all(
+        p.strip().isascii() and p.strip().isdigit() and len(p.strip()) <= 20 and int(p) > 0
+        for p in parts
+    ):
+        raise MemcalcError(
+            f"--input-shape: expected BxS (batch x sequence length), e.g. 4x1024; got {text[:40]!r}"
+        )
+    tokens = int(parts[0]) * int(parts[1])
+    if tokens > MAX_TOKENS:
+        raise MemcalcError(
+            f"--input-shape: {tokens:,} tokens per micro-batch is over {MAX_TOKENS:,} (batch x seq)"
+        )

@@ -17,6 +17,7 @@ import click
 from tabulate import tabulate
 
 from memcalc.errors import MemcalcError
+from memcalc.estimate import MIN_MFU
 from memcalc.profiles import GpuProfile, load_profile
 from memcalc.quiz import export, render
 from memcalc.quiz.bank import Bank, Difficulty, Lang, Question, Topic, load_bank_data
@@ -230,7 +231,7 @@ def _quiz(
     ):
         if isinstance(value, int) and value < 1:
             raise QuizError("positive", flag=flag, value=value)
-    if not 0 < mfu <= 1:
+    if not MIN_MFU <= mfu <= 1:  # also refuses nan
         raise QuizError("mfu", value=mfu)
     screen = Screen(lang, terminal_width())
     path = progress_file or default_progress_path()

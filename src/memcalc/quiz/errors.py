@@ -26,7 +26,7 @@ ERRORS: dict[Lang, dict[str, str]] = {
         "prints text",
         "format.sheet": "--format: {fmt} is a study-sheet format; use it with --reveal",
         "positive": "{flag}: must be a positive integer; got {value}",
-        "mfu": "--mfu: must be in (0, 1], got {value}",
+        "mfu": "--mfu: must be from 0.001 to 1, got {value}",
         "no_match": "{wanted}: no question matches (source {source}); try another topic or "
         "difficulty",
         "typed.mode": "--typed: only for a quiz answered at the keyboard; it cannot be "
@@ -50,7 +50,7 @@ ERRORS: dict[Lang, dict[str, str]] = {
         "ٹیکسٹ دکھاتا ہے",
         "format.sheet": "--format: {fmt} اسٹڈی شیٹ کا فارمیٹ ہے؛ اسے --reveal کے ساتھ دیں",
         "positive": "{flag}: مثبت عدد صحیح ہونا چاہیے؛ ملا {value}",
-        "mfu": "--mfu: (0, 1] کے اندر ہونا چاہیے؛ ملا {value}",
+        "mfu": "--mfu: [0.001, 1] کے اندر ہونا چاہیے؛ ملا {value}",
         "no_match": "{wanted}: کوئی سوال نہیں ملتا (ماخذ {source})؛ کوئی اور موضوع یا مشکل آزمائیں",
         "typed.mode": "--typed: صرف کی بورڈ پر دیے جانے والے کوئز کے لیے ہے؛ اسے {flag} کے "
         "ساتھ نہیں ملایا جا سکتا",

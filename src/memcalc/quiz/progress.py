@@ -22,6 +22,8 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
+from memcalc.errors import MemcalcError
+from memcalc.files import parse_data, read_text_file, shown
 from memcalc.quiz.bank import Question, Topic
 from memcalc.quiz.errors import QuizError
 
@@ -88,22 +90,23 @@ class Progress(BaseModel):
 
 def load_progress(path: Path) -> Progress:
     """The progress in ``path``; an empty one when the file does not exist yet."""
-    if not path.exists():
+    try:
+        missing = not path.exists() and not path.is_symlink()
+    except (OSError, ValueError):
+        missing = False  # read_text_file says what is wrong with the path
+    if missing:
         return Progress()
     try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text)
+        data = parse_data(read_text_file(path), "json", shown(path))
         return Progress.model_validate(data)
-    except (OSError, UnicodeDecodeError) as e:
-        raise QuizError("progress.read", path=path, reason=e.__class__.__name__) from None
-    except json.JSONDecodeError as e:
-        reason = f"malformed JSON at line {e.lineno}, column {e.colno}"
-        raise QuizError("progress.read", path=path, reason=reason) from None
+    except MemcalcError as e:
+        reason = str(e).removeprefix(f"{shown(path)}: ")
+        raise QuizError("progress.read", path=shown(path), reason=reason) from None
     except ValidationError as e:
         first = e.errors()[0]
         field = ".".join(str(x) for x in first["loc"]) or "file"
         reason = f"{field}: {first['msg']}"
-        raise QuizError("progress.read", path=path, reason=reason) from None
+        raise QuizError("progress.read", path=shown(path), reason=reason) from None
 
 
 def save_progress(path: Path, progress: Progress) -> None:

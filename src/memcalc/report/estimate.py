@@ -3,10 +3,10 @@ as a table, JSON, CSV or markdown."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from memcalc.estimate import Breakdown, Options
+from memcalc.report.finite import dumps
 from memcalc.report.records import (
     Format,
     breakdown_record,
@@ -96,9 +96,7 @@ def render_strategies(rows: list[Breakdown], fmt: Format, unit: Unit) -> str:
     from tabulate import tabulate
 
     if fmt is Format.json:
-        return json.dumps(
-            {**context_record(rows[0]), "strategies": [breakdown_record(b) for b in rows]}, indent=2
-        )
+        return dumps({**context_record(rows[0]), "strategies": [breakdown_record(b) for b in rows]})
     if fmt is Format.csv:
         return to_csv([breakdown_record(b) for b in rows])
     headers = [f"{c} ({unit.value})" if c in _MEMORY_COLUMNS else c for c in _COLUMNS]
@@ -127,7 +125,7 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit) -> str:
             "strategies": [breakdown_record(b)],
             "timeline": [moment_record(m) for m in b.timeline.moments()],
         }
-        return json.dumps(record, indent=2)
+        return dumps(record)
     if fmt is Format.csv:
         return to_csv([breakdown_record(b)])
     tablefmt = "github" if fmt is Format.markdown else "simple"

@@ -3,11 +3,11 @@ what the search cost -- as a table, JSON (docs/json.md), CSV or markdown."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from memcalc.estimate import Breakdown
 from memcalc.plan import KindResult, Maximized, PlanResult, Row
+from memcalc.report.finite import dumps
 from memcalc.report.records import (
     JSON_SCHEMA_VERSION,
     LAYOUT_FIELDS,
@@ -236,7 +236,7 @@ def render_plan(
 
     rows = result.rows
     if fmt is Format.json:
-        return json.dumps(plan_record(result, maximized), indent=2, allow_nan=False)
+        return dumps(plan_record(result, maximized))
     if fmt is Format.csv:
         return to_csv([_flat(row_record(r)) for r in rows]) if rows else "gpu,gpus"
     fewest = {id(k.fewest) for k in result.kinds if k.fewest}

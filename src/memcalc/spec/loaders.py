@@ -6,37 +6,16 @@ Errors are MemcalcError with one line naming the file, the field and what is all
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from memcalc.errors import MemcalcError
+from memcalc.files import read_data_file
 from memcalc.spec.families import spec_from_hf_config
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.presets import PRESETS, preset
 from memcalc.spec.training import TrainingSetup
 from memcalc.validate import FieldError, parse
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-
-def read_data_file(path: Path) -> dict[str, Any]:
-    """Parse a .toml or .json file into a dict; malformed files give a one-line error."""
-    if not path.is_file():
-        raise MemcalcError(f"{path}: no such file")
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        raise MemcalcError(f"{path}: malformed {path.suffix.lstrip('.').upper()}: {e}") from None
-    if not isinstance(data, dict):
-        raise MemcalcError(f"{path}: expected a table/object at the top level")
-    return data
 
 
 def load_model(name_or_path: str) -> ModelSpec:
@@ -46,7 +25,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     path = Path(name_or_path)
     if path.suffix not in (".toml", ".json"):
         return preset(name_or_path)  # raises the "unknown value; choose one of" error
-    data = read_data_file(path)
+    data = read_data_file(path, "--model")
     if "model_type" in data:
         return spec_from_hf_config(data, source=str(path))
     return parse(ModelSpec, {"name": path.stem, **data}, str(path))

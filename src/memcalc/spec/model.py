@@ -280,12 +280,19 @@ class MlaSpec:
     """DeepSeek multi-head latent attention (DeepSeek-AI 2024, sec. 2.1): low-rank q and kv
     projections, decoupled rotary dims, a value head dim of its own."""
 
-    kv_lora_rank: int = spec_field("Rank of the compressed key/value projection.", ge=1)
-    qk_nope_head_dim: int = spec_field("Per-head query/key dims without rotary.", ge=1)
-    qk_rope_head_dim: int = spec_field("Per-head query/key dims with rotary.", ge=2)
-    v_head_dim: int = spec_field("Per-head value dims.", ge=1)
+    kv_lora_rank: int = spec_field(
+        "Rank of the compressed key/value projection.", ge=1, le=MAX_WIDTH
+    )
+    qk_nope_head_dim: int = spec_field(
+        "Per-head query/key dims without rotary.", ge=1, le=MAX_WIDTH
+    )
+    qk_rope_head_dim: int = spec_field("Per-head query/key dims with rotary.", ge=2, le=MAX_WIDTH)
+    v_head_dim: int = spec_field("Per-head value dims.", ge=1, le=MAX_WIDTH)
     q_lora_rank: int | None = spec_field(
-        "Rank of the compressed query projection (None: a plain q_proj).", default=None, ge=1
+        "Rank of the compressed query projection (None: a plain q_proj).",
+        default=None,
+        ge=1,
+        le=MAX_WIDTH,
     )
     rope_interleave: bool = spec_field(
         "Rotary on interleaved pairs (DeepSeek-V3 rope_interleave; the same saved bytes as "

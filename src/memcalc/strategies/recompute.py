@@ -545,7 +545,7 @@ def plan_for(
             raise MemcalcError("--budget: required with --recompute budget (bytes, e.g. 20e9)")
         return budget(graph, budget_bytes)
     if strategy is Recompute.every_k:
-        return every_k(graph, every or sqrt_k(graph.num_layers))
+        return every_k(graph, sqrt_k(graph.num_layers) if every is None else every)
     table: dict[Recompute, Callable[[OpGraph], ActivationPlan]] = {
         Recompute.none: keep_all,
         Recompute.selective: selective,

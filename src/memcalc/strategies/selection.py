@@ -4,9 +4,9 @@ strategy the command-line flags choose (validated)."""
 from __future__ import annotations
 
 from memcalc.errors import MemcalcError
-from memcalc.estimate import Options
+from memcalc.estimate import MIN_MFU, Options
 from memcalc.spec.training import OptimizerKind, TrainingSetup
-from memcalc.strategies.offload import Offload
+from memcalc.strategies.offload import Offload, OffloadWhat
 from memcalc.strategies.recompute import Recompute, sqrt_k
 from memcalc.units import parse_size
 
@@ -35,13 +35,20 @@ def chosen_options(
     mfu: float,
 ) -> Options | None:
     """The strategy the flags choose, validated; None when none was chosen (print the table)."""
-    if not 0 < mfu <= 1:
-        raise MemcalcError(f"--mfu: must be in (0, 1], got {mfu}")
+    if not MIN_MFU <= mfu <= 1:  # also refuses nan
+        raise MemcalcError(f"--mfu: must be from {MIN_MFU} to 1, got {mfu}")
     if every is not None and recompute is not Recompute.every_k:
         raise MemcalcError("--every: only applies with --recompute every-k")
     if budget is not None and recompute is not Recompute.budget:
         raise MemcalcError("--budget: only applies with --recompute budget")
     offloads = tuple(Offload.parse(o) for o in offload or [])
+    for i, o in enumerate(offloads):
+        twice = [p for p in offloads[i + 1 :] if p.what is o.what]
+        if twice:
+            raise MemcalcError(
+                f"--offload: {o.what.value} given twice ({o.label}, {twice[0].label}); give "
+                f"each of {', '.join(w.value for w in OffloadWhat)} at most once"
+            )
     if recompute is None and not offloads:
         return None
     return Options(
