@@ -272,7 +272,8 @@ class GpuProfile:
     def defaulted_fields(self) -> tuple[str, ...]:
         """Fields this profile did not set, so they hold the reference profile's figures.
 
-        >>> parse(GpuProfile, {"name": "x", "memory_bytes": 48 * 10**9}).defaulted_fields()[:3]
+        >>> given = {"name": "x", "memory_bytes": 48 * 10**9}
+        >>> parse(GpuProfile, {**given, "given": frozenset(given)}).defaulted_fields()[:3]
         ('display_name', 'vendor', 'memory_bandwidth_bytes_per_s')
         """
         if self.given is None:

@@ -10,7 +10,7 @@ and the length of their periods, never the number of layers.
 
 >>> gemma = Layout.periodic((0, 0, 0, 0, 0, 1), 34)   # five local layers, then a global one
 >>> gemma.counts(2), gemma.kind_at(5), gemma.prefix_sum((10, 1), 12)
-((29, 5), 1, 101)
+((29, 5), 1, 102)
 """
 
 from __future__ import annotations

@@ -54,14 +54,29 @@ class Layout:
         return self.parallel.dp * self.batch * self.parallel.microbatches
 
 
+EVERY_NODE_COUNT_TO = 64
+"""Node counts searched one by one up to here; beyond, quarter octaves (4, 5, 6, 7 x 2^k
+nodes) and the --max-gpus node count itself, so a search to 65,536 GPUs stays about twice one
+to 512 (clusters past 64 nodes are booked in such steps)."""
+
+
 def world_sizes(max_gpus: int, gpus_per_node: int) -> list[int]:
-    """1, 2, 4, ... within one node, then whole nodes, up to ``max_gpus``.
+    """1, 2, 4, ... within one node, then whole nodes (every count to EVERY_NODE_COUNT_TO,
+    quarter octaves past it), up to ``max_gpus``.
 
     >>> world_sizes(40, 8)
     [1, 2, 4, 8, 16, 24, 32, 40]
+    >>> [n // 8 for n in world_sizes(8 * 200, 8) if n > 8 * 60]
+    [61, 62, 63, 64, 80, 96, 112, 128, 160, 192, 200]
     """
     sizes = {1 << i for i in range(max_gpus.bit_length()) if 1 << i <= min(max_gpus, gpus_per_node)}
-    sizes |= set(range(gpus_per_node, max_gpus + 1, gpus_per_node))
+    nodes = max_gpus // gpus_per_node
+    counts = set(range(1, min(nodes, EVERY_NODE_COUNT_TO) + 1))
+    for k in range(nodes.bit_length()):
+        counts |= {m << k for m in (4, 5, 6, 7) if EVERY_NODE_COUNT_TO < m << k <= nodes}
+    if nodes:
+        counts.add(nodes)
+    sizes |= {n * gpus_per_node for n in counts}
     return sorted(sizes)
 
 
@@ -76,7 +91,9 @@ def pipeline_choices(num_layers: int) -> list[int]:
 
 
 def divisors(n: int) -> list[int]:
-    """>>> divisors(12)
+    """The divisors of ``n``, ascending.
+
+    >>> divisors(12)
     [1, 2, 3, 4, 6, 12]
     """
     return [d for d in range(1, n + 1) if n % d == 0]

@@ -46,7 +46,7 @@ class ParallelImpl(str, Enum):
 class Parallelism:
     """The parallel layout of one training step, from one GPU rank's point of view.
 
-    >>> Parallelism(dp=2, tp=8, pp=4).world_size
+    >>> Parallelism(dp=2, tp=8, pp=4, microbatches=8).world_size
     64
     """
 
