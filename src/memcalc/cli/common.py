@@ -296,6 +296,29 @@ output_options = options(
     ),
 )
 
+view_options = options(
+    click.option(
+        "--wide",
+        is_flag=True,
+        help="Every column of the table (by default a few, fitted to the terminal).",
+    ),
+    click.option(
+        "--plot",
+        metavar="FILE",
+        default=None,
+        help="Also draw a chart to FILE (.png, .svg or .html); needs the plot extra: "
+        "pip install 'memcalc[plot]'.",
+    ),
+)
+
+
+def terminal_width() -> int:
+    """Columns to fit text to: $COLUMNS, else the terminal's, else 80."""
+    import shutil
+
+    return shutil.get_terminal_size().columns
+
+
 SETUP_KEYS = (
     "batch",
     "seq",

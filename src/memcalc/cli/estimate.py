@@ -15,11 +15,14 @@ from memcalc.cli.common import (
     setup_fields,
     setup_options,
     strategy_options,
+    terminal_width,
+    view_options,
 )
-from memcalc.estimate import estimate
+from memcalc.estimate import Options, estimate
 from memcalc.profiles import load_profile
-from memcalc.report import render_estimate
+from memcalc.report.estimate import render_breakdowns, strategy_rows
 from memcalc.spec.loaders import load_model, training_setup
+from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.selection import chosen_options
 
 EXAMPLES = """\b
@@ -29,6 +32,7 @@ Examples:
   memcalc estimate --model llama-3-70b --seq 8192 --tp 8 --pp 4 --dp 2 --microbatches 16 --zero 1
   memcalc estimate --model llama-3-8b --gpu 4090 --seq 2048 --lora-rank 16 --quantize nf4
   memcalc estimate --model path/to/config.json --format json
+  memcalc estimate --model llama-3-8b --seq 8192 --wide --plot strategies.svg
 """
 
 
@@ -40,11 +44,42 @@ Examples:
 @finetune_options
 @strategy_options
 @output_options
+@view_options
 def estimate_command(**values: Any) -> None:
     """Split the memory of one training step into parameters, gradients, optimizer states and
     activations under each recompute / offload strategy, and say whether it fits."""
+    plot = values["plot"]
+    if plot is not None:
+        from memcalc.plot import check_path
+
+        check_path(plot)  # before the estimate: a bad name or a missing extra fails fast
     spec = load_model(values["model"])
     profile = load_profile(values["gpu"])
+    setup, options = estimate_inputs(values)
+    rows = strategy_rows(
+        lambda o: estimate(spec, setup, profile, o), spec.num_layers, setup, options
+    )
+    click.echo(
+        render_breakdowns(
+            rows,
+            detail=options is not None,
+            fmt=values["fmt"],
+            unit=values["unit"],
+            hint=plan_hint(values),
+            wide=values["wide"],
+            width=terminal_width(),
+        )
+    )
+    if plot is not None:
+        from memcalc.plot import plot_estimate
+
+        path = plot_estimate(rows, plot, values["unit"], detail=options is not None)
+        click.echo(f"chart: {path}", err=True)
+
+
+def estimate_inputs(values: dict[str, Any]) -> tuple[TrainingSetup, Options | None]:
+    """The setup and the chosen strategy (None: none chosen) of the option values, validated:
+    the command line's and the Python API's (``memcalc.api.estimate``) one conversion."""
     setup = training_setup(**setup_fields(values))
     options = chosen_options(
         values["recompute"],
@@ -53,17 +88,7 @@ def estimate_command(**values: Any) -> None:
         list(values["offload"]),
         values["mfu"],
     )
-    click.echo(
-        render_estimate(
-            lambda o: estimate(spec, setup, profile, o),
-            spec.num_layers,
-            setup,
-            options,
-            values["fmt"],
-            values["unit"],
-            hint=plan_hint(values),
-        )
-    )
+    return setup, options
 
 
 def plan_hint(values: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,12 +17,18 @@ from memcalc.cli.common import (
     output_options,
     setup_fields,
     setup_options,
+    terminal_width,
+    view_options,
 )
 from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_HEADROOM, DEFAULT_MFU, Options
-from memcalc.profiles import DEFAULT_GPU, load_profile
+from memcalc.profiles import DEFAULT_GPU, GpuProfile, load_profile
 from memcalc.spec.loaders import load_model, training_setup
+from memcalc.spec.model import ModelSpec
 from memcalc.units import parse_count, parse_size
+
+if TYPE_CHECKING:
+    from memcalc.plan import Maximize, Maximized, PlanRequest, PlanResult
 
 EXAMPLES = """\b
 Examples:
@@ -30,6 +36,7 @@ Examples:
   memcalc plan --model llama-2-7b --gpu rtx-4090-24gb --gpu a100-sxm-80gb --gpu h100-sxm-80gb
   memcalc plan --model llama-3-8b --gpu rtx-4090-24gb --lora-rank 16 --maximize batch
   memcalc plan --model qwen3-32b --gpu h100-sxm-80gb --max-gpus 64 --format json
+  memcalc plan --model llama-2-7b --seq 4096 --max-gpus 8 --wide --plot plan.png
 """
 
 MAX_GPUS = 65536
@@ -94,18 +101,47 @@ MAX_GPUS = 65536
 @click.option("--top", type=int, default=10, show_default=True, help="Rows of the ranked table.")
 @click.option("--why", is_flag=True, help="Say why fewer GPUs do not fit.")
 @output_options
+@view_options
 def plan_command(**values: Any) -> None:
     """The fewest GPUs of each kind that fit, the fastest configuration within --max-gpus and
     a ranked table -- searched over data, tensor, pipeline, context and expert parallelism,
     ZeRO stages, recompute, offload and gradient accumulation."""
-    from memcalc.plan import Maximize, PlanRequest, maximize, plan
     from memcalc.report.plan import render_plan
 
+    if values["plot"] is not None:
+        from memcalc.plot import check_path
+
+        check_path(values["plot"])  # before the search: a bad name or a missing extra fails fast
     spec = load_model(values["model"])
-    profiles = tuple(
-        _with_host_memory(load_profile(g), values["host_memory"])
-        for g in (values["gpus"] or (DEFAULT_GPU,))
+    profiles = tuple(load_profile(g) for g in (values["gpus"] or (DEFAULT_GPU,)))
+    request, what = plan_request(values, spec, profiles)
+    with _progress() as progress:
+        result, found = run_plan(request, what, progress)
+    click.echo(
+        render_plan(
+            result,
+            found,
+            fmt=values["fmt"],
+            unit=values["unit"],
+            why=values["why"],
+            wide=values["wide"],
+            width=terminal_width(),
+        )
     )
+    if values["plot"] is not None:
+        from memcalc.plot import plot_plan
+
+        click.echo(f"chart: {plot_plan(result, values['plot'], values['unit'])}", err=True)
+
+
+def plan_request(
+    values: dict[str, Any], spec: ModelSpec, profiles: tuple[GpuProfile, ...]
+) -> tuple[PlanRequest, Maximize | None]:
+    """The request the option values make of ``spec`` on ``profiles``, validated: the
+    command line's and the Python API's (``memcalc.api.plan``) one conversion."""
+    from memcalc.plan import Maximize, PlanRequest
+
+    profiles = tuple(_with_host_memory(p, values["host_memory"]) for p in profiles)
     max_gpus = _bounded("--max-gpus", values["max_gpus"], 1, MAX_GPUS)
     top = _bounded("--top", values["top"], 1, 1000)
     _bounded("--microbatches", values["microbatches"], 1, 10**6)
@@ -128,17 +164,25 @@ def plan_command(**values: Any) -> None:
         options=Options(mfu=values["mfu"], headroom=headroom),
         top=top,
     )
-    with _progress() as progress:
-        result = plan(request, progress)
-        found = []
-        if what is not None:
-            for gpu in profiles:
-                m = maximize(request, what, gpu, progress)
-                if m is not None:
-                    found.append(m)
-    click.echo(
-        render_plan(result, found, fmt=values["fmt"], unit=values["unit"], why=values["why"])
-    )
+    return request, what
+
+
+def run_plan(
+    request: PlanRequest,
+    what: Maximize | None,
+    progress: Callable[[float], None] | None = None,
+) -> tuple[PlanResult, list[Maximized]]:
+    """The search, and ``--maximize`` on every GPU kind (those where anything fits)."""
+    from memcalc.plan import maximize, plan
+
+    result = plan(request, progress)
+    found = []
+    if what is not None:
+        for gpu in request.gpus:
+            m = maximize(request, what, gpu, progress)
+            if m is not None:
+                found.append(m)
+    return result, found
 
 
 def _bounded(flag: str, value: int, low: int, high: int) -> int:
@@ -167,7 +211,8 @@ def _with_host_memory(profile: Any, text: str | None) -> Any:
 
 
 def _global_batch(values: dict[str, Any], seq: int) -> int | None:
-    batch, tokens = values["global_batch"], values["global_tokens"]
+    batch: int | None = values["global_batch"]
+    tokens: str | None = values["global_tokens"]
     if batch is not None and tokens is not None:
         raise MemcalcError("--global-tokens: give --global-batch or --global-tokens, not both")
     if tokens is not None:
