@@ -8,6 +8,14 @@ markdown table: the "How accurate is it?" section of the README (docs/accuracy.m
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _requires import require
+
+require("torch", "transformers")
+
 import argparse
 from pathlib import Path
 

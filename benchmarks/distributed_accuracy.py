@@ -8,6 +8,14 @@ FSDP2, DTensor tensor parallelism and torch.distributed.pipelining, as a markdow
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _requires import require
+
+require("torch")
+
 from memcalc.estimate import Options
 from memcalc.measure.build import Impl
 from memcalc.measure.compare import compare_ranks, estimate_for

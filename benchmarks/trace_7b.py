@@ -7,6 +7,13 @@ total and by scope. The trace must take seconds, not minutes.
 """
 
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _requires import require
+
+require("torch", "transformers")
+
 import time
 
 from memcalc.graph.lower import lower

@@ -146,7 +146,7 @@ def test_spec_toml(capsys, tmp_path):
 
 
 BAD_INPUTS = [
-    (["estimate", "--model", "gtp2"], "--model: unknown value 'gtp2'; choose one of:"),
+    (["estimate", "--model", "gtp2"], "--model: unknown value 'gtp2'; did you mean 'gpt2'?"),
     (
         ["estimate", "--gpu", "h1000"],
         "--gpu: unknown value 'h1000'; did you mean 'h100-sxm-80gb'? choose one of:",

@@ -569,7 +569,7 @@ def test_urdu_quiz():
         (("--format", "json"), "--format: json needs --answers or --reveal"),
         (("--count", "0"), "--count: must be a positive integer; got 0"),
         (("--batch", "0"), "--batch: must be a positive integer; got 0"),
-        (("--model", "gtp2"), "--model: unknown value 'gtp2'; choose one of:"),
+        (("--model", "gtp2"), "--model: unknown value 'gtp2'; did you mean 'gpt2'?"),
         (("--gpu", "h1000"), "--gpu: unknown value 'h1000'; did you mean 'h100-sxm-80gb'?"),
         (("--source", "model", "--topic", "sharding"), "--topic sharding: no question matches"),
         (("--mfu", "1.5"), "--mfu: must be in (0, 1], got 1.5"),

@@ -93,18 +93,15 @@ def estimate(
     ('full + offload optimizer=cpu', 0, True)
     """
     from memcalc.cli.estimate import estimate_command, estimate_inputs
-    from memcalc.estimate import estimate as run
-    from memcalc.profiles import load_profile
-    from memcalc.spec.loaders import load_model
 
     if "gpus" in options:  # --gpus is --dp's other name
         options["dp"] = options.pop("gpus")
     given = {"model": model, "gpu": gpu, "seq": seq, "batch": batch, "recompute": recompute}
-    values = _parse(estimate_command, "estimate", {**given, "offload": offload, **options})
-    spec = model if isinstance(model, ModelSpec) else load_model(values["model"])
-    profile = gpu if isinstance(gpu, GpuProfile) else load_profile(values["gpu"])
-    setup, chosen = estimate_inputs(values)
-    return Estimate.of(run(spec, setup, profile, chosen or Options(mfu=values["mfu"])))
+    ctx = _parse(estimate_command, "estimate", {**given, "offload": offload, **options})
+    with ctx:  # the command's context: which options were given (cli.inputs.given)
+        spec = model if isinstance(model, ModelSpec) else None
+        run, _, chosen = estimate_inputs(ctx.params, spec, gpu)
+        return Estimate.of(run(chosen or Options()))
 
 
 def plan(
@@ -130,8 +127,6 @@ def plan(
     (1, 8, {'h100-sxm-80gb': 1})
     """
     from memcalc.cli.plan import plan_command, plan_request, run_plan
-    from memcalc.profiles import DEFAULT_GPU, load_profile
-    from memcalc.spec.loaders import load_model
 
     kinds: list[str | GpuProfile] = (
         [] if gpu is None else [gpu] if isinstance(gpu, (str, GpuProfile)) else list(gpu)
@@ -139,18 +134,18 @@ def plan(
     given: dict[str, Any] = {"model": model, "seq": seq, "max_gpus": max_gpus}
     given["global_batch"] = global_batch
     given["gpus"] = [g for g in kinds if isinstance(g, str)]
-    values = _parse(plan_command, "plan", {**given, "maximize": maximize, **options})
-    spec = model if isinstance(model, ModelSpec) else load_model(values["model"])
-    profiles = tuple(g if isinstance(g, GpuProfile) else load_profile(g) for g in kinds)
-    request, what = plan_request(values, spec, profiles or (load_profile(DEFAULT_GPU),))
+    ctx = _parse(plan_command, "plan", {**given, "maximize": maximize, **options})
+    with ctx:
+        spec = model if isinstance(model, ModelSpec) else None
+        request, what = plan_request(ctx.params, spec, tuple(kinds))
     result, found = run_plan(request, what)
     return Plan(result.request, result.kinds, result.search_seconds, tuple(found))
 
 
-def _parse(command: click.Command, name: str, given: dict[str, Any]) -> dict[str, Any]:
-    """The option values ``memcalc NAME`` would get from the command line that ``given``
-    spells (None: the option's default; a ModelSpec or GpuProfile is left out, the caller
-    uses it); its usage errors as the one line the command prints."""
+def _parse(command: click.Command, name: str, given: dict[str, Any]) -> click.Context:
+    """The context of ``memcalc NAME`` run with the command line that ``given`` spells (None:
+    the option's default; a ModelSpec or GpuProfile is left out, the caller uses it): its
+    ``params`` are the option values; its usage errors as the one line the command prints."""
     import click
 
     params = {p.name: p for p in command.params if p.name and p.name not in OUTPUT_OPTIONS}
@@ -164,10 +159,9 @@ def _parse(command: click.Command, name: str, given: dict[str, Any]) -> dict[str
             )
         argv += _words(param, value)
     try:
-        ctx = command.make_context(f"memcalc {name}", argv)
+        return command.make_context(f"memcalc {name}", argv)
     except click.UsageError as e:
         raise MemcalcError(" ".join(e.format_message().split())) from None
-    return dict(ctx.params)
 
 
 def _words(param: click.Option, value: Any) -> list[str]:

@@ -68,8 +68,22 @@ gpu_option = click.option(
 gpu_memory_option = click.option(
     "--gpu-memory",
     default=None,
-    help="A GPU known by its memory only (e.g. 48GB, 24GiB): the other figures are the "
-    "reference profile's.",
+    help="A GPU known by its memory only (e.g. 48GB, 24GiB; the other figures are the "
+    "reference profile's), or with --gpu that GPU with this much memory.",
+)
+
+fit_options = options(
+    click.option(
+        "--headroom",
+        default="10%",
+        show_default=True,
+        help="GPU memory kept free for allocator fragmentation (e.g. 10% or 0.1).",
+    ),
+    click.option(
+        "--host-memory",
+        default=None,
+        help="Host RAM per node for offloads (e.g. 1TiB); default: the GPU profile's server.",
+    ),
 )
 
 setup_options = options(

@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import click
 
 from memcalc.cli.common import (
     finetune_options,
+    fit_options,
+    gpu_memory_option,
     gpu_option,
     layout_options,
     model_option,
     output_options,
-    setup_fields,
     setup_options,
     strategy_options,
     terminal_width,
     view_options,
 )
-from memcalc.estimate import Options, estimate
-from memcalc.profiles import load_profile
+from memcalc.cli.inputs import Inputs, read_inputs
+from memcalc.estimate import Breakdown, Options, estimate
+from memcalc.profiles import GpuProfile
 from memcalc.report.estimate import render_breakdowns, strategy_rows
-from memcalc.spec.loaders import load_model, training_setup
-from memcalc.spec.training import TrainingSetup
+from memcalc.spec.model import ModelSpec
 from memcalc.strategies.selection import chosen_options
 
 EXAMPLES = """\b
@@ -39,10 +42,12 @@ Examples:
 @click.command("estimate", epilog=EXAMPLES)
 @model_option()
 @gpu_option
+@gpu_memory_option
 @setup_options
 @layout_options
 @finetune_options
 @strategy_options
+@fit_options
 @output_options
 @view_options
 def estimate_command(**values: Any) -> None:
@@ -53,12 +58,8 @@ def estimate_command(**values: Any) -> None:
         from memcalc.plot import check_path
 
         check_path(plot)  # before the estimate: a bad name or a missing extra fails fast
-    spec = load_model(values["model"])
-    profile = load_profile(values["gpu"])
-    setup, options = estimate_inputs(values)
-    rows = strategy_rows(
-        lambda o: estimate(spec, setup, profile, o), spec.num_layers, setup, options
-    )
+    run, inputs, options = estimate_inputs(values)
+    rows = strategy_rows(run, inputs.spec.num_layers, inputs.setup, options)
     click.echo(
         render_breakdowns(
             rows,
@@ -77,10 +78,18 @@ def estimate_command(**values: Any) -> None:
         click.echo(f"chart: {path}", err=True)
 
 
-def estimate_inputs(values: dict[str, Any]) -> tuple[TrainingSetup, Options | None]:
-    """The setup and the chosen strategy (None: none chosen) of the option values, validated:
-    the command line's and the Python API's (``memcalc.api.estimate``) one conversion."""
-    setup = training_setup(**setup_fields(values))
+def estimate_inputs(
+    values: dict[str, Any],
+    spec: ModelSpec | None = None,
+    gpu: str | GpuProfile | None = None,
+) -> tuple[Callable[[Options], Breakdown], Inputs, Options | None]:
+    """What the option values ask for, validated: a function estimating one strategy (at
+    the command's MFU and headroom), the inputs, and the chosen strategy (None: none chosen).
+    ``spec`` and ``gpu`` replace ``--model`` and ``--gpu``. The command line's and the Python
+    API's (``memcalc.api.estimate``) one conversion; needs the command's click context."""
+    inputs = read_inputs(values, (gpu or values["gpu"],), spec=spec)
+    model, setup, profile = inputs.spec, inputs.setup, inputs.profiles[0]
+    mfu, headroom = values["mfu"], inputs.headroom
     options = chosen_options(
         values["recompute"],
         values["every"],
@@ -88,7 +97,12 @@ def estimate_inputs(values: dict[str, Any]) -> tuple[TrainingSetup, Options | No
         list(values["offload"]),
         values["mfu"],
     )
-    return setup, options
+
+    def run(o: Options) -> Breakdown:
+        # the table's strategies and the chosen one run at the same MFU and headroom
+        return estimate(model, setup, profile, replace(o, mfu=mfu, headroom=headroom))
+
+    return run, inputs, options
 
 
 def plan_hint(values: dict[str, Any]) -> str:

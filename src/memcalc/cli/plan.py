@@ -13,19 +13,20 @@ import click
 
 from memcalc.cli.common import (
     finetune_options,
+    fit_options,
+    gpu_memory_option,
     model_option,
     output_options,
-    setup_fields,
     setup_options,
     terminal_width,
     view_options,
 )
+from memcalc.cli.inputs import read_inputs
 from memcalc.errors import MemcalcError
-from memcalc.estimate import DEFAULT_HEADROOM, DEFAULT_MFU, Options
-from memcalc.profiles import DEFAULT_GPU, GpuProfile, load_profile
-from memcalc.spec.loaders import load_model, training_setup
+from memcalc.estimate import DEFAULT_MFU, Options
+from memcalc.profiles import DEFAULT_GPU, GpuProfile
 from memcalc.spec.model import ModelSpec
-from memcalc.units import parse_count, parse_size
+from memcalc.units import parse_count
 
 if TYPE_CHECKING:
     from memcalc.plan import Maximize, Maximized, PlanRequest, PlanResult
@@ -51,6 +52,7 @@ MAX_GPUS = 65536
     multiple=True,
     help=f"GPU profile or alias, repeatable to compare kinds (default {DEFAULT_GPU}).",
 )
+@gpu_memory_option
 @setup_options
 @finetune_options
 @click.option(
@@ -74,17 +76,7 @@ MAX_GPUS = 65536
     show_default=True,
     help="Accumulation steps without --global-batch (pipelines run at least pp).",
 )
-@click.option(
-    "--headroom",
-    default=f"{DEFAULT_HEADROOM:.0%}",
-    show_default=True,
-    help="GPU memory kept free for allocator fragmentation (e.g. 10% or 0.1).",
-)
-@click.option(
-    "--host-memory",
-    default=None,
-    help="Host RAM per node for offloads (e.g. 1TiB); default: the GPU profile's server.",
-)
+@fit_options
 @click.option(
     "--mfu",
     type=float,
@@ -112,9 +104,7 @@ def plan_command(**values: Any) -> None:
         from memcalc.plot import check_path
 
         check_path(values["plot"])  # before the search: a bad name or a missing extra fails fast
-    spec = load_model(values["model"])
-    profiles = tuple(load_profile(g) for g in (values["gpus"] or (DEFAULT_GPU,)))
-    request, what = plan_request(values, spec, profiles)
+    request, what = plan_request(values)
     with _progress() as progress:
         result, found = run_plan(request, what, progress)
     click.echo(
@@ -135,20 +125,23 @@ def plan_command(**values: Any) -> None:
 
 
 def plan_request(
-    values: dict[str, Any], spec: ModelSpec, profiles: tuple[GpuProfile, ...]
+    values: dict[str, Any],
+    spec: ModelSpec | None = None,
+    gpus: tuple[str | GpuProfile, ...] = (),
 ) -> tuple[PlanRequest, Maximize | None]:
-    """The request the option values make of ``spec`` on ``profiles``, validated: the
-    command line's and the Python API's (``memcalc.api.plan``) one conversion."""
+    """The request the option values make (of ``spec`` and on ``gpus`` when given, else of
+    ``--model`` on ``--gpu``), validated: the command line's and the Python API's
+    (``memcalc.api.plan``) one conversion. Needs the command's click context (``given``)."""
     from memcalc.plan import Maximize, PlanRequest
 
-    profiles = tuple(_with_host_memory(p, values["host_memory"]) for p in profiles)
+    inputs = read_inputs(values, gpus or tuple(values["gpus"] or (DEFAULT_GPU,)), spec=spec)
+    spec, setup, profiles = inputs.spec, inputs.setup, inputs.profiles
     max_gpus = _bounded("--max-gpus", values["max_gpus"], 1, MAX_GPUS)
     top = _bounded("--top", values["top"], 1, 1000)
     _bounded("--microbatches", values["microbatches"], 1, 10**6)
-    headroom = _headroom(values["headroom"])
+    headroom = inputs.headroom
     if not 0 < values["mfu"] <= 1:
         raise MemcalcError(f"--mfu: must be in (0, 1], got {values['mfu']}")
-    setup = training_setup(**setup_fields(values))
     global_batch = _global_batch(values, setup.seq)
     what = Maximize(values["maximize"].lower()) if values["maximize"] else None
     if what is Maximize.batch and global_batch is not None:
@@ -189,25 +182,6 @@ def _bounded(flag: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise MemcalcError(f"{flag}: must be between {low} and {high:,}, got {value}")
     return value
-
-
-def _headroom(text: str) -> float:
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise MemcalcError(
-            f"--headroom: expected a fraction (0.1) or a percentage (10%), got {text!r}"
-        ) from None
-    if not 0 <= value < 0.9:
-        raise MemcalcError(f"--headroom: must be at least 0 and below 90%, got {text}")
-    return value
-
-
-def _with_host_memory(profile: Any, text: str | None) -> Any:
-    if text is None:
-        return profile
-    per_node = parse_size(text, "--host-memory")
-    return profile.with_host_memory(per_node)
 
 
 def _global_batch(values: dict[str, Any], seq: int) -> int | None:

@@ -6,7 +6,7 @@ against the Hugging Face implementation built on the meta device.
 
 from __future__ import annotations
 
-from memcalc.errors import one_of
+from memcalc.errors import MemcalcError, one_of
 from memcalc.spec.model import Family, LayerType, ModelSpec
 
 GPT2_DROPOUT = 0.1
@@ -129,8 +129,23 @@ DEFAULT_MODEL = "gpt2"
 
 
 def preset(name: str) -> ModelSpec:
-    """The preset called ``name``; a MemcalcError listing the presets otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise one_of("--model", name, sorted(PRESETS)) from None
+    """The preset ``name`` means -- its name in any case or spacing, or the Hugging Face hub
+    id of its checkpoint (``spec/names.py``); a MemcalcError with a "did you mean" and the
+    presets otherwise.
+
+    >>> preset("meta-llama/Meta-Llama-3-8B-Instruct").name, preset("LLAMA3-8B").name
+    ('llama-3-8b', 'llama-3-8b')
+    """
+    from memcalc.spec.names import closest, resolve
+
+    names = sorted(PRESETS)
+    hit = resolve(name, names)
+    if hit is not None:
+        return PRESETS[hit]
+    guess = closest(name, names)
+    if guess is not None:
+        raise MemcalcError(
+            f"--model: unknown value {name!r}; did you mean {guess!r}? (memcalc models list "
+            "shows every preset; a spec .toml/.json or an HF config.json path also works)"
+        )
+    raise one_of("--model", name, names) from None
