@@ -196,13 +196,14 @@ def fit_table(
     *,
     tablefmt: str,
     width: int | None,
-    wrap: int = 0,
+    wrap: int | Sequence[int] = 0,
     preserve_whitespace: bool = False,
 ) -> str:
     """``tabulate``'s table, fitted to ``width`` columns when it is wider: first the headers
-    wrap at their spaces, then column ``wrap`` at its spaces, down to its longest word or
-    MIN_WRAP_WIDTH (the wrapping is tabulate's: ``maxheadercolwidths``, ``maxcolwidths``).
-    A table that cannot be made narrow enough stays wider."""
+    wrap at their spaces, then the columns ``wrap`` (in that order) at their spaces, each
+    down to its longest word or MIN_WRAP_WIDTH (the wrapping is tabulate's:
+    ``maxheadercolwidths``, ``maxcolwidths``). A table that cannot be made narrow enough
+    stays wider."""
     from tabulate import tabulate
 
     def table(**wrapping: Any) -> str:
@@ -216,7 +217,7 @@ def fit_table(
         )
 
     text = table()
-    if not width or _widest(text) <= width:
+    if not width or _widest(text) <= width or not rows:
         return text
     words = [max(map(len, h.split())) for h in headers]
     text = table(maxheadercolwidths=words)
@@ -224,9 +225,17 @@ def fit_table(
     if over <= 0:
         return text
     limits: list[int | None] = [None] * len(headers)
-    cells = [r[wrap] for r in rows]
-    longest_word = max(len(w) for c in cells for w in [*c.split(), ""])
-    limits[wrap] = max(MIN_WRAP_WIDTH, longest_word, max(map(len, cells)) - over)
+    for column in [wrap] if isinstance(wrap, int) else wrap:
+        cells = [r[column] for r in rows]
+        longest = max(map(len, cells))
+        longest_word = max(len(w) for c in cells for w in [*c.split(), ""])
+        narrowest = max(MIN_WRAP_WIDTH, longest_word, words[column])
+        cut = max(0, min(over, longest - narrowest))
+        if cut:
+            limits[column] = longest - cut
+            over -= cut
+        if over <= 0:
+            break
     return table(maxheadercolwidths=words, maxcolwidths=limits, break_long_words=False)
 
 

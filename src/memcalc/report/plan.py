@@ -143,11 +143,10 @@ NARROW_COLUMNS = (
     "batch",
     "strategy",
     "peak",
-    "step",
     "tok/s/GPU",
 )
-"""The default ranked table: the configuration (its layout with the ZeRO stage) and what
-ranks it."""
+"""The default ranked table: the configuration (its layout with the ZeRO stage), its peak
+and what ranks it (the step's time and its parts: ``--wide``)."""
 
 
 def _cells(i: int, row: Row, fewest: set[int], unit: Unit, kinds: int) -> dict[str, str]:
@@ -164,7 +163,7 @@ def _cells(i: int, row: Row, fewest: set[int], unit: Unit, kinds: int) -> dict[s
         "GPU count": f"{row.gpus} {b.gpu.name}" if kinds > 1 else str(row.gpus),
         "layout": layout_label(b),
         "ZeRO": str(b.setup.parallel.zero),
-        "layout, ZeRO": f"{layout_label(b)}, ZeRO {b.setup.parallel.zero}",
+        "layout, ZeRO": f"{layout_label(b)}, ZeRO-{b.setup.parallel.zero}",
         "batch": f"{b.setup.batch}x{b.setup.parallel.microbatches}",
         "recompute": _recompute(b),
         "offload": _offload(b),
@@ -275,7 +274,7 @@ def render_plan(
         headers,
         tablefmt="github" if markdown else "simple",
         width=None if wide else width,
-        wrap=columns.index("strategy") if "strategy" in columns else 0,
+        wrap=[columns.index(c) for c in ("strategy", "layout, ZeRO") if c in columns],
     )
 
     def para(text: str) -> str:
@@ -302,8 +301,8 @@ def render_plan(
                     "free = GPU memory left at the peak; step = the step's time, + its parts "
                     "beyond compute."
                     if wide
-                    else "step = the step's time; --wide: every column (ZeRO, free memory, "
-                    "host RAM per node, the step's parts)."
+                    else "--wide: every column (free memory, host RAM per node, the step's time "
+                    "and its parts)."
                 )
             ),
         ]
