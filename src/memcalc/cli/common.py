@@ -321,7 +321,7 @@ view_options = options(
         metavar="FILE",
         default=None,
         help="Also draw a chart to FILE (.png, .svg or .html); needs the plot extra: "
-        "pip install 'memcalc[plot]'.",
+        "pip install -e '.[plot]' (or just matplotlib).",
     ),
 )
 

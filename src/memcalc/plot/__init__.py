@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 FORMATS = (".png", ".svg", ".html")
 """What ``--plot`` writes, by the file's extension (.html: the SVG in a minimal page)."""
-EXTRA = "pip install 'memcalc[plot]'"
+EXTRA = "pip install matplotlib (in a checkout: pip install -e '.[plot]')"
 """How to install what charts need."""
 
 

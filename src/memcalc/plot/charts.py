@@ -70,6 +70,20 @@ def _memory_lines(ax: Axes, b: Breakdown, unit: Unit) -> None:
     )
 
 
+def _legend(ax: Axes) -> None:
+    """Outside the axes on the right; the components top-down, as they are stacked."""
+    handles, labels = ax.get_legend_handles_labels()
+    order = [i for i, label in enumerate(labels) if label not in COMPONENTS]
+    order += [labels.index(c) for c in reversed(COMPONENTS) if c in labels]
+    ax.legend(
+        [handles[i] for i in order],
+        [labels[i] for i in order],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+    )
+
+
 def _figure(title: str) -> tuple[Figure, Axes]:
     fig = Figure(figsize=FIGURE_INCHES, layout="constrained")
     ax = fig.add_subplot()
@@ -99,7 +113,7 @@ def strategies(rows: Sequence[Breakdown], unit: Unit) -> Figure:
     _memory_lines(ax, b, unit)
     ax.set_xticks(x, [r.strategy for r in rows], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(f"{unit.value} on one GPU at the peak")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _legend(ax)
     return fig
 
 
@@ -116,17 +130,30 @@ def timeline(b: Breakdown, unit: Unit) -> Figure:
         (peak, to_unit(moments[peak].total_bytes + b.overhead_bytes, unit)),
         xytext=(0, 6),
         textcoords="offset points",
-        ha="center",
+        # the text runs away from the nearer edge, so it stays inside the axes
+        ha="right" if peak > len(moments) / 2 else "left",
         fontsize=8,
-        arrowprops={"arrowstyle": "-", "linewidth": 0.6},
     )
     _memory_lines(ax, b, unit)
-    starts = [i for i in x if i == 0 or moments[i].phase != moments[i - 1].phase]
-    ax.set_xticks(starts, [moments[i].phase for i in starts], fontsize=8, ha="left")
+    spans: list[tuple[str, int, int]] = []  # (phase, first moment, last moment)
+    for i, m in enumerate(moments):
+        if spans and spans[-1][0] == m.phase:
+            spans[-1] = (m.phase, spans[-1][1], i)
+        else:
+            spans.append((m.phase, i, i))
+    for _, first, _ in spans[1:]:
+        ax.axvline(first - 0.5, color="grey", linewidth=0.6, linestyle=":")
+    ax.set_xticks(
+        [(first + last) / 2 for _, first, last in spans],
+        [phase for phase, _, _ in spans],
+        rotation=30,
+        ha="right",
+        fontsize=8,
+    )
     ax.set_xlabel("moments of the step (forward, then backward from the last block)")
     ax.set_ylabel(f"{unit.value} on one GPU")
     ax.set_xlim(-0.5, len(moments) - 0.5)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _legend(ax)
     return fig
 
 
@@ -163,7 +190,7 @@ def plan(result: PlanResult, unit: Unit) -> Figure:
     ]
     ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel(f"{unit.value} per GPU at the peak")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    _legend(ax)
     return fig
 
 
