@@ -32,7 +32,7 @@ from memcalc.spec.model import ModelSpec
 if TYPE_CHECKING:
     import click
 
-OUTPUT_OPTIONS = frozenset({"fmt", "unit", "wide", "plot", "why"})
+OUTPUT_OPTIONS = frozenset({"fmt", "unit", "wide", "plot", "why", "version", "help"})
 """Options that only change how a command prints (no meaning in Python)."""
 
 
