@@ -118,3 +118,18 @@ def test_estimate_json_path_imports_no_tabulate_matplotlib_or_torch():
     )
     assert "memcalc.estimate" in mods
     assert not {"tabulate", "matplotlib", "torch", "rich"} & mods
+
+
+def test_the_readme_python_api_example_runs_and_says_true():
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"## Python API.*?```python\n(.*?)```", readme, re.S)
+    scope: dict = {}
+    exec(block, scope)
+    b = scope["b"]
+    # the comment beside ``b.fits, b.peak_bytes, b.optimizer_bytes`` is the real value
+    shown = re.search(r"# \((True|False), (\d+), (\d+)\)", block)
+    assert shown is not None
+    assert (str(b.fits), str(b.peak_bytes), str(b.optimizer_bytes)) == shown.groups()
+    assert scope["p"].fastest is not None
