@@ -133,3 +133,12 @@ def test_the_readme_python_api_example_runs_and_says_true():
     assert shown is not None
     assert (str(b.fits), str(b.peak_bytes), str(b.optimizer_bytes)) == shown.groups()
     assert scope["p"].fastest is not None
+
+
+def test_the_api_leaves_the_commands_short_help_alone(capsys):
+    from memcalc.cli import main
+
+    memcalc.estimate("gpt2")
+    memcalc.plan("gpt2", max_gpus=1)
+    assert main(["estimate", "-h"]) == 0 and main(["plan", "-h"]) == 0
+    assert "Examples:" in capsys.readouterr().out

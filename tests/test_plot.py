@@ -83,3 +83,11 @@ def test_without_matplotlib_the_error_names_the_extra(tmp_path, monkeypatch):
         assert r.stderr.startswith("error: --plot: charts need matplotlib")
         assert "'.[plot]'" in r.stderr and r.stdout == ""
     assert not (tmp_path / "chart.svg").exists()
+
+
+def test_a_plan_where_nothing_fits_draws_nothing_and_says_so(tmp_path):
+    path = tmp_path / "plan.svg"
+    r = run_cli("plan", "--model", "llama-3-70b", "--gpu", "4090", "--max-gpus", "1",
+                "--plot", str(path))  # fmt: skip
+    assert r.exit_code == 0
+    assert "nothing fits" in r.stderr and not path.exists()

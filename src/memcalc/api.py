@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 OUTPUT_OPTIONS = frozenset({"fmt", "unit", "wide", "plot", "why", "version", "help"})
 """Options that only change how a command prints (no meaning in Python)."""
+HELP_OPTIONS = ["-h", "--help"]
+"""``memcalc.cli.CONTEXT``'s help options: click keeps a command's help option as the first
+context that asks for it made it, so the API's context must make the command line's."""
 
 
 class Estimate(Breakdown):
@@ -159,7 +162,7 @@ def _parse(command: click.Command, name: str, given: dict[str, Any]) -> click.Co
             )
         argv += _words(param, value)
     try:
-        return command.make_context(f"memcalc {name}", argv)
+        return command.make_context(f"memcalc {name}", argv, help_option_names=HELP_OPTIONS)
     except click.UsageError as e:
         raise MemcalcError(" ".join(e.format_message().split())) from None
 

@@ -118,7 +118,9 @@ def plan_command(**values: Any) -> None:
             width=terminal_width(),
         )
     )
-    if values["plot"] is not None:
+    if values["plot"] is not None and not result.rows:
+        click.echo("note: --plot: nothing fits, so there is no configuration to draw", err=True)
+    elif values["plot"] is not None:
         from memcalc.plot import plot_plan
 
         click.echo(f"chart: {plot_plan(result, values['plot'], values['unit'])}", err=True)
