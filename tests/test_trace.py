@@ -352,3 +352,12 @@ def test_command_module_does_not_import_torch():
     code = "import sys, memcalc.cli.trace; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_without_transformers_the_hint_names_the_published_distribution(cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ImportError
+    result = cli("trace", "tests/data/llama-2-7b-config.json", "--input-shape", "1x8")
+    assert result.exit_code == 2
+    line = result.stderr.strip()
+    assert "pip install 'memcalc-train[hf]'" in line and "\n" not in line
+    assert "download.pytorch.org/whl/cpu" in line  # never a bare `torch` on a CPU machine

@@ -18,13 +18,11 @@ from memcalc.cli.common import (
     model_option,
 )
 from memcalc.errors import MemcalcError
+from memcalc.install_hints import torch_missing
 from memcalc.spec.training import Attention, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
 
-TORCH_MISSING = (
-    "memcalc measure needs torch: pip install torch --index-url "
-    "https://download.pytorch.org/whl/cpu (CPU-only), or your CUDA build"
-)
+TORCH_MISSING = torch_missing("measure")
 EXAMPLES = """\b
 Examples:
   memcalc measure --model gpt2 --batch 4 --seq 512 --recompute full

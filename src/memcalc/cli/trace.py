@@ -16,12 +16,10 @@ from memcalc.cli.common import (
     strategy_options,
 )
 from memcalc.errors import MemcalcError
+from memcalc.install_hints import torch_missing
 from memcalc.spec.training import Attention, GradDType, OptimizerKind, Precision
 
-TORCH_MISSING = (
-    "memcalc trace needs torch: pip install torch --index-url "
-    "https://download.pytorch.org/whl/cpu (CPU-only), or your CUDA build"
-)
+TORCH_MISSING = torch_missing("trace")
 EXAMPLES = """\b
 Examples:
   memcalc trace mypkg.models:build_model --input-shape 4x1024 --gpu a100

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from memcalc.errors import MemcalcError
+from memcalc.install_hints import TRANSFORMERS
 from memcalc.measure.reference_model import Config, Transformer
 from memcalc.spec.families import hf_config_dict
 from memcalc.spec.model import ModelSpec, Positions
@@ -92,7 +93,7 @@ def _hf_model(spec: ModelSpec, attention: str) -> nn.Module:
     try:
         import transformers
     except ImportError:
-        raise MemcalcError("--impl hf needs transformers: pip install 'memcalc[hf]'") from None
+        raise MemcalcError(f"--impl hf needs transformers: {TRANSFORMERS}") from None
     cfg = dict(hf_config_dict(spec))
     config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     return transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attention)

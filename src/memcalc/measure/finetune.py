@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from memcalc.errors import MemcalcError
+from memcalc.install_hints import PEFT
 from memcalc.spec.finetune import ALL_LINEAR, AdapterDtype, Quantize
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
@@ -23,7 +24,7 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
     try:
         import peft
     except ImportError:
-        raise MemcalcError("--lora-rank: measuring LoRA needs peft: pip install peft") from None
+        raise MemcalcError(f"--lora-rank: measuring LoRA needs peft: {PEFT}") from None
     if setup.quantize is not Quantize.none:
         _quantize(model, setup.quantize)
     for p in model.parameters():

@@ -11,8 +11,6 @@ from memcalc.spec.training import Attention, GradDType, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
 from memcalc.units import Unit
 
-TORCH_MISSING = "memcalc trace needs torch: pip install 'memcalc[torch]'"
-
 
 class ImplChoice(str, Enum):
     """Which implementation a preset or spec file is built as (see measure/build.py)."""

@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from memcalc.errors import MemcalcError
+from memcalc.install_hints import TRANSFORMERS
 from memcalc.measure.build import Impl, attention_kind
 from memcalc.measure.reference_model import Config, Transformer
 from memcalc.spec.loaders import load_model, read_data_file
@@ -97,7 +98,7 @@ def _hf_config_target(cfg: dict[str, Any], path: Path, setup: TrainingSetup) -> 
         import transformers
     except ImportError:
         raise MemcalcError(
-            f"{path}: tracing an HF config needs transformers: pip install 'memcalc[hf]'"
+            f"{path}: tracing an HF config needs transformers: {TRANSFORMERS}"
         ) from None
     cfg = dict(cfg)
     model_type = cfg.pop("model_type")
