@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from memcalc.errors import MemcalcError
+from memcalc.install_hints import DISTRIBUTION
 from memcalc.units import Unit
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 FORMATS = (".png", ".svg", ".html")
 """What ``--plot`` writes, by the file's extension (.html: the SVG in a minimal page)."""
-EXTRA = "pip install matplotlib (in a checkout: pip install -e '.[plot]')"
+EXTRA = f"pip install '{DISTRIBUTION}[plot]' (in a checkout '.[plot]', or just matplotlib)"
 """How to install what charts need."""
 
 
