@@ -14,6 +14,7 @@ from memcalc.estimate import Options, estimate
 from memcalc.params import count_params, setup_param_counts
 from memcalc.profiles import load_profile
 from memcalc.spec.finetune import LoraSpec, Quantize
+from memcalc.spec.loaders import load_model
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.presets import preset
 from memcalc.spec.training import TrainingSetup
@@ -44,6 +45,9 @@ GPT2 = ModelSpec(
     num_heads=4,
     max_position_embeddings=64,
 )
+MIXTRAL = load_model("tests/data/hf/tiny/mixtral.json")
+QWEN2_MOE = load_model("tests/data/hf/tiny/qwen2_moe.json")
+"""MoE: the routed experts are fused nn.Parameters, which LoRA leaves frozen."""
 
 
 def test_adapters_count_r_times_in_plus_out():
@@ -100,8 +104,18 @@ def _peft():
         (LLAMA, LoraSpec(rank=16, targets=("gate_proj", "down_proj"))),
         (GPT2, LoraSpec(rank=8)),
         (GPT2, LoraSpec(rank=8, targets=("c_attn", "c_fc"), modules_to_save=("lm_head",))),
+        (MIXTRAL, LoraSpec(rank=8)),
+        (QWEN2_MOE, LoraSpec(rank=8)),
     ],
-    ids=["llama-default", "llama-all-linear", "llama-mlp", "gpt2-default", "gpt2-save-head"],
+    ids=[
+        "llama-default",
+        "llama-all-linear",
+        "llama-mlp",
+        "gpt2-default",
+        "gpt2-save-head",
+        "mixtral-default",
+        "qwen2-moe-default",
+    ],
 )
 def test_trainable_parameters_equal_pefts(spec, lora):
     torch = pytest.importorskip("torch")
@@ -143,6 +157,8 @@ MEASURED = [
     (GPT2, "fp32", "sdpa", LoraSpec(rank=16, targets=("c_attn", "c_fc")), {}, Recompute.none),
     (LLAMA, "bf16", "sdpa", LoraSpec(rank=8), {"quantize": "nf4"}, Recompute.none),
     (LLAMA, "bf16", "sdpa", LoraSpec(rank=8), {"quantize": "nf4-dq"}, Recompute.full),
+    (MIXTRAL, "bf16", "sdpa", LoraSpec(rank=8), {}, Recompute.none),
+    (QWEN2_MOE, "fp32", "eager", LoraSpec(rank=8), {}, Recompute.none),
 ]
 
 
@@ -159,6 +175,8 @@ MEASURED = [
         "gpt2-fp32-attn-mlp",
         "llama-qlora-nf4",
         "llama-qlora-dq-full",
+        "mixtral-frozen-experts",
+        "qwen2-moe-frozen-experts",
     ],
 )
 def test_estimate_equals_the_peft_training_step(spec, precision, attention, lora, extra, recompute):
@@ -182,3 +200,16 @@ def test_estimate_equals_the_peft_training_step(spec, precision, attention, lora
         assert rows[exact].estimate_bytes == rows[exact].measured_bytes, exact
     assert abs(rows["stored activations"].error) <= ACTIVATION_TOLERANCE
     assert abs(rows["peak of the step"].error) <= PEAK_TOLERANCE
+
+
+def test_lora_on_moe_leaves_the_experts_frozen():
+    """The analytic side of the MoE cases above, at full size: Mixtral-8x7B under LoRA trains
+    the q/v adapters only, and its experts save no input for a weight gradient."""
+    spec = preset("mixtral-8x7b")
+    lora = setup_param_counts(spec, TrainingSetup(seq=1024, lora=LoraSpec(rank=16)))
+    full = setup_param_counts(spec, TrainingSetup(seq=1024))
+    assert lora.trainable == 32 * 16 * ((4096 + 4096) + (4096 + 1024))  # q_proj, v_proj A + B
+    assert lora.total - lora.trainable == full.total
+    a = estimate(spec, TrainingSetup(seq=1024, lora=LoraSpec(rank=16)), GPU)
+    b = estimate(spec, TrainingSetup(seq=1024), GPU)
+    assert a.gradient_bytes < 10**8 < b.gradient_bytes

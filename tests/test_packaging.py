@@ -14,7 +14,7 @@ def test_wheel_ships_profiles_and_quiz_bank(tmp_path):
         check=True,
         capture_output=True,
     )
-    wheel = next(tmp_path.glob("memcalc-*.whl"))
+    wheel = next(tmp_path.glob("memcalc_train-*.whl"))  # the distribution memcalc-train
     names = zipfile.ZipFile(wheel).namelist()
     profiles = {Path(n).name for n in names if n.startswith("memcalc/_profiles/")}
     quiz = {Path(n).name for n in names if n.startswith("memcalc/_quiz/")}

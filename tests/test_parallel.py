@@ -251,7 +251,10 @@ def test_sequence_parallel_moves_what_the_all_reduce_moves():
         (["--vpp", "2"], "--vpp: interleaving needs pipeline parallelism"),
         (["--cp", "3", "--seq", "1024"], "--seq: context parallelism splits the sequence"),
         (["--cp", "2", "--attention", "eager"], "--attention: context parallelism"),
-        (["--ep", "3", "--dp", "2"], "--ep: expert parallelism runs inside dp x tp"),
+        (
+            ["--ep", "3", "--dp", "2"],
+            "--ep: expert parallelism runs inside the 2 data-parallel ranks",
+        ),
         (["--shard-size", "3", "--dp", "8", "--zero", "3"], "--shard-size: must divide dp"),
     ],
 )
@@ -380,3 +383,66 @@ def test_torch_pipeline_keeps_a_receive_buffer_per_micro_batch():
         GPU,
     )
     assert all(st.buffer_bytes == 0 for st in megatron.stages)
+
+
+# Expert parallelism (Megatron-core: the expert-parallel group is formed from data-parallel
+# ranks, each keeps its tensor-parallel slice of its E/ep experts; ZeRO shards the experts'
+# states over the dp/ep ranks that hold the same experts).
+MIXTRAL = "mixtral-8x7b"
+
+
+def _moe(ep: int, zero: int, dp: int = 8, **kw: object):
+    from memcalc.spec.presets import preset
+
+    spec = preset(MIXTRAL)
+    setup = TrainingSetup(batch=1, seq=1024, parallel=Parallelism(dp=dp, ep=ep, zero=zero), **kw)
+    return spec, estimate(spec, setup, GPU, Options(recompute=Recompute.none))
+
+
+def test_expert_parallelism_splits_the_routed_experts_weights():
+    spec, one = _moe(ep=1, zero=0)
+    _, eight = _moe(ep=8, zero=0)
+    counts = count_params(spec)
+    assert counts.expert > 0.9 * counts.total  # Mixtral: nearly all weights are experts
+    bf16 = 2
+    assert one.parameter_bytes - eight.parameter_bytes == counts.expert * bf16 * 7 // 8
+    assert one.gradient_bytes > eight.gradient_bytes
+
+
+def test_under_zero3_expert_parallelism_leaves_the_state_shares_unchanged():
+    """Local experts (E/ep) sharded over dp/ep ranks: E/dp of them per rank, as without EP."""
+    _, one = _moe(ep=1, zero=3)
+    _, eight = _moe(ep=8, zero=3)
+    for field in ("parameter_bytes", "gradient_bytes", "optimizer_bytes"):
+        a, b = getattr(one, field), getattr(eight, field)
+        assert abs(a - b) <= 1e-6 * a, (field, a, b)  # rounding of the two shard groups
+
+
+def test_imbalance_scales_the_busiest_expert_rank_only_under_expert_parallelism():
+    _, fair = _moe(ep=8, zero=1, moe_imbalance=1.0)
+    _, busy = _moe(ep=8, zero=1, moe_imbalance=2.0)
+    _, local = _moe(ep=1, zero=1, moe_imbalance=2.0)
+    _, local_fair = _moe(ep=1, zero=1, moe_imbalance=1.0)
+    assert busy.activation_bytes > fair.activation_bytes
+    assert local.activation_bytes == local_fair.activation_bytes
+    # fair share under EP = all t*k rows; only the grouped_mm offsets (int32, one per local
+    # expert) shrink: 7 fewer experts x 4 bytes x 32 layers
+    assert local_fair.activation_bytes - fair.activation_bytes == 7 * 4 * 32
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "gpt2", "--ep", "2", "--dp", "2"], "--ep: gpt2 has no experts"),
+        (["--model", MIXTRAL, "--ep", "3", "--dp", "3"], "--ep: 3 must divide"),
+    ],
+)
+def test_expert_parallelism_errors(capsys, argv, message):
+    code = main(["estimate", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+
+
+def test_routing_flags_on_a_dense_model_warn(capsys):
+    assert main(["estimate", "--model", "gpt2", "--moe-imbalance", "2", "--format", "json"]) == 0
+    assert "--moe-imbalance has no effect: gpt2 has no experts" in capsys.readouterr().err

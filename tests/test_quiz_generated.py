@@ -1,5 +1,6 @@
 """Questions generated from a model, over many configurations (presets, GPUs, batch and
-sequence, precisions, optimizers, attention kernels, losses): four distinct options, a correct
+sequence, precisions, optimizers, attention kernels, losses, LoRA / QLoRA of the learner's
+own; every kind, the LoRA, parallel and MoE ones included): four distinct options, a correct
 index, every distractor naming its mistake in both languages, options at least 5% apart, and
 every sum an explanation writes out adding up as printed. Then the wording defects of issue
 14, one test each, reading their numbers from the estimate."""
@@ -23,6 +24,7 @@ from memcalc.quiz.draft import KINDS
 from memcalc.quiz.figures import MARGIN, relative_gap
 from memcalc.quiz.generate import model_questions, strategy_label
 from memcalc.quiz.templates import LABELS
+from memcalc.spec.finetune import ALL_LINEAR, LoraSpec, Quantize
 from memcalc.spec.presets import PRESETS, preset
 from memcalc.spec.training import Attention, Loss, OptimizerKind, Precision, TrainingSetup
 from memcalc.strategies.recompute import Recompute
@@ -50,6 +52,11 @@ configs = st.fixed_dictionaries(
         "attention": st.sampled_from(list(Attention)),
         "loss": st.sampled_from(list(Loss)),
         "foreach": st.booleans(),
+        # the learner's own LoRA / QLoRA (None: full training; the LoRA, QLoRA, parallel
+        # and MoE kinds then ask "what if" about the same model)
+        "lora": st.sampled_from([None, None, 4, 16, 64]),
+        "lora_targets": st.sampled_from([(), (ALL_LINEAR,)]),
+        "quantize": st.sampled_from(list(Quantize)),
     }
 )
 
@@ -64,10 +71,15 @@ def _questions(config: dict) -> list:
         loss=config["loss"],
         optimizer_foreach=config["foreach"],
     )
+    if config.get("lora") is not None:
+        setup = setup.replace(
+            lora=LoraSpec(rank=config["lora"], targets=config["lora_targets"]),
+            quantize=config["quantize"],
+        )
     try:
         return model_questions(preset(config["model"]), setup, load_profile(config["gpu"]))
     except MemcalcError as e:  # e.g. fp8 on a GPU without fp8 tensor cores: a fair refusal
-        assert "--precision" in str(e)
+        assert "--precision" in str(e) or "--attention" in str(e) or "lora" in str(e), str(e)
         return []
 
 

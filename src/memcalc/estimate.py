@@ -328,10 +328,17 @@ def _architecture_notes(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
             f"MoE: {moe.top_k} of {moe.num_experts} experts per token, {routing}; "
             f"{spec.moe_layers} MoE layers"
         )
-        if capacity is None:
+        ep = setup.parallel.ep
+        if capacity is None and ep == 1:
             out.append(
                 f"MoE load imbalance {setup.moe_imbalance:g}x on the busiest expert: no effect "
                 "with every expert on this GPU (expert parallelism would scale its share)"
+            )
+        elif capacity is None:
+            out.append(
+                f"expert parallelism {ep}: {moe.num_experts // ep} experts per GPU, whose "
+                f"tokens come from {ep} GPUs; the busiest GPU gets {setup.moe_imbalance:g}x its "
+                "fair share (--moe-imbalance)"
             )
     if spec.mla is not None and setup.attention is not Attention.eager:
         out.append(
@@ -393,7 +400,7 @@ def estimate_graph(
             "them on the GPU only for fused or capturable Adam"
         )
 
-    sharding = Sharding(par.shard_ranks, par.zero)
+    sharding = Sharding(par.shard_ranks, par.zero, par.expert_shard_ranks)
     assumptions.append(sharding.describe())
     if par.world_size > par.dp:
         assumptions.append(f"layout: {par.describe()}")

@@ -59,6 +59,9 @@ class ParamCounts:
     experts of each MoE layer (Fedus et al. 2022); the total for a dense model."""
     trainable_numel: int = -1
     """Elements with a gradient (-1: all of them)."""
+    expert: int = 0
+    """Elements of the routed experts' tensors (in ``mlp``): what expert parallelism splits
+    and its own data-parallel group shards."""
     fixed_numel: int = 0
     """Elements stored in a dtype of their own (fp32 adapters, k-bit upcasts) or quantized."""
     fixed_bytes: int = 0
@@ -168,6 +171,9 @@ class ParamCounts:
                 final_norm=final_norm,
             ),
             active=sum(n * t.active for items, n in groups for t in items),
+            expert=sum(
+                n * t.numel for items, n in groups for t in items if t.active_numel is not None
+            ),
         )
 
 

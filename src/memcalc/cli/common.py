@@ -16,7 +16,14 @@ from memcalc.report import Format
 from memcalc.spec.finetune import Quantize
 from memcalc.spec.parallel import ParallelImpl
 from memcalc.spec.presets import DEFAULT_MODEL
-from memcalc.spec.training import Attention, GradDType, Loss, OptimizerKind, Precision
+from memcalc.spec.training import (
+    DEFAULT_MOE_IMBALANCE,
+    Attention,
+    GradDType,
+    Loss,
+    OptimizerKind,
+    Precision,
+)
 from memcalc.strategies.recompute import Recompute
 from memcalc.units import Unit
 
@@ -146,6 +153,22 @@ setup_options = options(
     ),
     click.option(
         "--dropout", type=float, default=None, help="Override every dropout rate of the model."
+    ),
+)
+
+routing_options = options(
+    click.option(
+        "--moe-imbalance",
+        type=float,
+        default=DEFAULT_MOE_IMBALANCE,
+        show_default=True,
+        help="MoE: tokens the busiest expert gets, as a multiple of its fair share (dropless).",
+    ),
+    click.option(
+        "--capacity-factor",
+        type=float,
+        default=None,
+        help="MoE: token-dropping routing, every expert buffer ceil(t*k/E * factor) rows.",
     ),
 )
 
@@ -342,6 +365,8 @@ SETUP_KEYS = (
     "attention",
     "loss",
     "dropout",
+    "moe_imbalance",
+    "capacity_factor",
 )
 LAYOUT_KEYS = (
     "dp",

@@ -16,6 +16,7 @@ from memcalc.cli.common import (
     layout_options,
     model_option,
     output_options,
+    routing_options,
     setup_options,
     strategy_options,
     terminal_width,
@@ -46,6 +47,7 @@ Examples:
 @setup_options
 @layout_options
 @finetune_options
+@routing_options
 @strategy_options
 @fit_options
 @output_options

@@ -17,6 +17,7 @@ from memcalc.cli.common import (
     gpu_memory_option,
     model_option,
     output_options,
+    routing_options,
     setup_options,
     terminal_width,
     view_options,
@@ -55,6 +56,7 @@ MAX_GPUS = 65536
 @gpu_memory_option
 @setup_options
 @finetune_options
+@routing_options
 @click.option(
     "--max-gpus", type=int, default=64, show_default=True, help="Most GPUs of one kind to use."
 )

@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from memcalc.cli.common import gpu_option, model_option, setup_options
+from memcalc.cli.common import (
+    finetune_fields,
+    finetune_options,
+    gpu_option,
+    model_option,
+    setup_options,
+)
 from memcalc.estimate import DEFAULT_MFU
 from memcalc.quiz.bank import Difficulty, Lang, Topic
 from memcalc.quiz.command import Format, choices, quiz_command
@@ -18,6 +24,7 @@ EXAMPLES = """\b
 Examples:
   memcalc quiz --model llama-2-7b --gpu a100 --count 10 --seed 7
   memcalc quiz --lang ur
+  memcalc quiz --model llama-2-7b --lora-rank 16 --quantize nf4 --topic lora
   memcalc quiz --reveal --format html > sheet.html
   memcalc quiz --answers b,d,a,c --format json
 """
@@ -27,6 +34,7 @@ Examples:
 @model_option()
 @gpu_option
 @setup_options
+@finetune_options
 @click.option(
     "--mfu",
     type=float,
@@ -90,4 +98,21 @@ def quiz(**values: Any) -> None:
     """Quiz yourself on training memory, with numbers computed for your model and GPU."""
     values["topic"] = list(values["topic"]) or None
     values["difficulty"] = list(values["difficulty"]) or None
-    quiz_command(**values)
+    finetune = finetune_fields(values)
+    for key in FINETUNE_KEYS:
+        values.pop(key)
+    quiz_command(**values, finetune=finetune)
+
+
+FINETUNE_KEYS = (
+    "lora_rank",
+    "lora_alpha",
+    "lora_targets",
+    "lora_dropout",
+    "quantize",
+    "train_embeddings",
+    "modules_to_save",
+    "kbit_prep",
+    "input_grads",
+)
+"""The fine-tuning flags (shared with ``estimate``), passed on as TrainingSetup fields."""

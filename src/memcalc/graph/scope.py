@@ -134,7 +134,9 @@ class Dims:
     """Sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2): outside the column -> row
     regions (norms, dropout, the residual stream) each rank holds T / tp tokens."""
     experts: int = 0
-    """Routed experts whose weights this rank holds (all E; expert parallelism divides them)."""
+    """Routed experts whose weights this rank holds (E / ep)."""
+    ep: int = 1
+    """Expert-parallel ranks: the tokens of ep ranks meet at each rank's experts."""
     expert_m: int = 0
     """One routed expert's MLP width on this rank (moe_intermediate_size / tp)."""
     shared_m: int = 0

@@ -12,7 +12,7 @@ Rules, each the framework's own or stated as a restriction of the search:
 - Pipeline stages: powers of two and divisors of the layer count, at most one stage per layer;
   1F1B needs at least pp micro-batches; interleaving (2 virtual stages) when the layers split
   into 2 x pp equal chunks and the micro-batches are a multiple of pp (Megatron's rules).
-- Expert parallelism (MoE only): powers of two dividing the expert count and dp x tp.
+- Expert parallelism (MoE only): powers of two dividing the expert count and dp.
 - With ``--global-batch G``: dp x micro-batch x accumulation = G, micro-batches of at most
   ``MAX_MICRO_BATCH_TOKENS`` tokens (more never lowers memory, and in this time model -- one
   MFU for every shape -- never shortens a step; ``--maximize batch`` goes past it). Without it,
@@ -106,7 +106,7 @@ def layouts(
                     dp = n // (tp * cp * pp)
                     for mb, m in _batches(dp, pp, global_batch, batch, microbatches, seq):
                         for vpp in _virtual(spec.num_layers, pp, m):
-                            for ep in _expert_parallel(experts, dp * tp):
+                            for ep in _expert_parallel(experts, dp):
                                 yield Layout(
                                     Parallelism(
                                         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, microbatches=m

@@ -7,8 +7,12 @@ Modules, each with one job:
 - ``bank``: the question schema (pydantic, ``extra="forbid"``) and the loader of ``quiz/*.toml``
 - ``facts``: the estimates a generated question reads (computed when first read)
 - ``draft``: options that carry their mistake, the margin, the registry of question kinds
-- ``kinds``: one function per generated question kind
+- ``kinds``: one function per generated question kind (one GPU, full training);
+  ``kinds_finetune`` (LoRA, QLoRA), ``kinds_parallel`` (tensor, pipeline, context
+  parallelism, ZeRO) and ``kinds_moe`` (mixtures of experts) ask "what if" about the same model
 - ``templates``: the English and Urdu text of the generated questions and their mistakes
+  (``template``: one question's words; ``words_finetune``, ``words_parallel``, ``words_moe``:
+  the words of the kinds beside them, merged into ``templates``)
 - ``generate``: every kind's question for a model, and the sibling for a varied setup
 - ``figures``: the scale (unit and digits) that makes a printed sum add up; the 5% margin
 - ``select``: filters, seeded selection and option shuffling

@@ -62,7 +62,13 @@ class Topic(str, Enum):
     precision = "precision"
     """Precision recipes: bytes per weight, gradient and state."""
     sharding = "sharding"
-    """ZeRO / FSDP / tensor parallelism."""
+    """ZeRO / FSDP: model states sharded over data-parallel ranks."""
+    parallel = "parallel"
+    """Tensor, sequence, pipeline and context parallelism: what each divides."""
+    lora = "lora"
+    """Fine-tuning a frozen base: LoRA adapters, QLoRA's quantized weights."""
+    moe = "moe"
+    """Mixtures of experts: total and active parameters."""
 
 
 class Difficulty(str, Enum):

@@ -110,8 +110,11 @@ def quiz_command(
     review: bool,
     stats: bool,
     progress: Path | None,
+    finetune: dict[str, object] | None = None,
 ) -> None:
-    """Quiz yourself on training memory, with numbers computed for your model and GPU."""
+    """Quiz yourself on training memory, with numbers computed for your model and GPU.
+    ``finetune``: the LoRA / quantization fields of the setup (``--lora-rank``,
+    ``--quantize``, ...), as ``memcalc.cli.common.finetune_fields`` makes them."""
     language = Lang.en
     try:
         language = parse_enum("--lang", lang, Lang)
@@ -129,7 +132,8 @@ def quiz_command(
                 "attention": attention,
                 "loss": loss,
                 "dropout": dropout,
-            },
+            }
+            | (finetune or {}),
             mfu=mfu,
             count=count,
             seed=seed,

@@ -97,8 +97,12 @@ def readable_sizes(
     scale: Scale, candidates: Iterable[tuple[int | float, str, dict[str, str]]]
 ) -> list[Choice]:
     """Size options for (bytes, mistake, values), leaving out sizes that would print with
-    fewer than two significant digits or as negative."""
-    return [size(scale, b, m, **v) for b, m, v in candidates if b >= 0 and scale.readable(b) and b]
+    fewer than two significant digits, as zero (``0.00 GiB`` for a few MiB) or as negative."""
+    return [
+        size(scale, b, m, **v)
+        for b, m, v in candidates
+        if b > 0 and scale.readable(b) and scale.number(b) != 0
+    ]
 
 
 def gb_read_as_gib(num_bytes: int | float) -> float:

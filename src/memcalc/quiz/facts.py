@@ -3,6 +3,12 @@
 Every number a generated question shows comes from ``memcalc.estimate.estimate`` (and
 ``memcalc.plan`` for the candidates); each estimate is computed the first time a question
 kind asks for it, so a sibling question for a varied setup costs only what it reads.
+
+Besides the learner's own setup, some questions ask "what if": the same model with LoRA
+adapters (the learner's own LoRA when they gave one), quantized (QLoRA), or laid out over
+several GPUs (tensor, pipeline, context parallelism, ZeRO). ``under`` estimates such a
+variant and returns None when the estimate refuses it (tp not dividing the heads, a LoRA
+target the family lacks): the question is then left out.
 """
 
 from __future__ import annotations
@@ -10,12 +16,122 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_MFU, Breakdown, Options, estimate
+from memcalc.graph.lower import lower_cached
+from memcalc.graph.ops import OpGraph, ParamTensor
 from memcalc.plan import candidate_options
 from memcalc.profiles import GpuProfile
+from memcalc.spec.finetune import ALL_LINEAR, LoraSpec, Quantize
 from memcalc.spec.model import ModelSpec
+from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.recompute import Recompute, sqrt_k
+
+LORA_RANK = 16
+"""The rank the LoRA questions ask about when the learner gave none (``--lora-rank``)."""
+TP_DEGREES = (8, 4, 2)
+"""Tensor-parallel sizes a question tries, largest first (8: one NVLink node); the first the
+model's heads divide is asked about."""
+DP_RANKS = 8
+"""Data-parallel GPUs the ZeRO question spreads the model states over (one node)."""
+NO_STRATEGY = Options()
+"""No recompute, no offload: the strategy a "what if" variant is estimated with by default."""
+
+
+@dataclass(frozen=True)
+class WeightParts:
+    """The weights of one setup by how they are stored: bytes on the device, from the
+    parameter tensors the estimate's op graph owns (each block kind times its count)."""
+
+    quantized_numel: int
+    """Elements of the frozen base weights stored quantized (bitsandbytes)."""
+    quantized_bytes: int
+    """Their storage (``Quantize.storage_bytes``: codes, absmax, code table)."""
+    quantized_tensors: int
+    """How many quantized tensors there are (each has its own code table)."""
+    quantized_shapes: tuple[tuple[int, int, int], ...]
+    """(elements, rows, how many) of each quantized tensor kind: its storage under another
+    ``Quantize`` is ``sum(count * q.storage_bytes(numel, rows))``."""
+    trained_numel: int
+    """Elements with a gradient (LoRA: the adapters, and modules trained in full)."""
+    trained_bytes: int
+    frozen_bytes: int
+    """Bytes of the frozen, unquantized tensors (embeddings, norms, LM head under QLoRA)."""
+    routed_numel: int
+    """Elements of the routed experts' weights (MoE; 0 for a dense model)."""
+    routed_active_numel: int
+    """The part of them one token uses (top_k of the E experts)."""
+    adapter: tuple[str, int, int] | None = None
+    """One adapted linear: its name, n_in and n_out (None without LoRA)."""
+
+    @property
+    def total_bytes(self) -> int:
+        return self.quantized_bytes + self.trained_bytes + self.frozen_bytes
+
+    def stored_as(self, quantize: Quantize) -> int:
+        """Bytes of the quantized tensors under another storage."""
+        return sum(
+            n * quantize.storage_bytes(numel, rows) for numel, rows, n in self.quantized_shapes
+        )
+
+
+def _tensors(graph: OpGraph) -> list[tuple[ParamTensor, int]]:
+    """Every parameter tensor of the graph with the number of times it exists."""
+    out = [(w, 1) for op in graph.prologue + graph.epilogue for w in op.weights]
+    for blk, count in zip(graph.kinds, graph.kind_counts, strict=True):
+        out += [(w, count) for op in blk.ops for w in op.weights]
+    return out
+
+
+def weight_parts(spec: ModelSpec, setup: TrainingSetup) -> WeightParts:
+    """The weights of ``spec`` under ``setup``, split by storage.
+
+    >>> from memcalc.spec.presets import preset
+    >>> qlora = TrainingSetup(lora=LoraSpec(rank=16), quantize=Quantize.nf4)
+    >>> parts = weight_parts(preset("llama-2-7b"), qlora)
+    >>> parts.trained_numel, parts.quantized_tensors
+    (8388608, 224)
+    """
+    graph = lower_cached(spec, setup.replace(dropout=None))
+    itemsize = setup.weight_dtype.itemsize
+    quantized = [0, 0, 0]
+    shapes: list[tuple[int, int, int]] = []
+    adapter = None
+    trained, trained_bytes, frozen_bytes, routed, routed_active = 0, 0, 0, 0, 0
+    tensors = _tensors(graph)
+    by_name = {w.name: w for w, _ in tensors}
+    for w, count in tensors:
+        stored = w.storage_bytes(itemsize) * count
+        lora_b = by_name.get(w.name.replace(".lora_A.", ".lora_B."))
+        if adapter is None and ".lora_A." in w.name and lora_b is not None:
+            leaf = w.name.removesuffix(".lora_A.weight").rsplit(".", 1)[-1]
+            adapter = (leaf, w.shape[1], lora_b.shape[0])
+        if w.quant is not None:
+            quantized[0] += w.numel * count
+            quantized[1] += stored
+            quantized[2] += count
+            shapes.append((w.numel, w.shape[0], count))
+        elif w.trainable:
+            trained += w.numel * count
+            trained_bytes += stored
+        else:
+            frozen_bytes += stored
+        if w.active_numel is not None:
+            routed += w.numel * count
+            routed_active += w.active_numel * count
+    return WeightParts(
+        quantized_numel=quantized[0],
+        quantized_bytes=quantized[1],
+        quantized_tensors=quantized[2],
+        quantized_shapes=tuple(shapes),
+        trained_numel=trained,
+        trained_bytes=trained_bytes,
+        frozen_bytes=frozen_bytes,
+        routed_numel=routed,
+        routed_active_numel=routed_active,
+        adapter=adapter,
+    )
 
 
 @dataclass(frozen=True)
@@ -28,10 +144,27 @@ class ModelFacts:
     mfu: float = DEFAULT_MFU
     """Model-FLOPs utilisation for every time shown (``--mfu``)."""
     _every: dict[int, Breakdown] = field(default_factory=dict, compare=False, repr=False)
+    _variants: dict[tuple[TrainingSetup, Options], Breakdown | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def run(self, options: Options) -> Breakdown:
         """The estimate of one strategy at this ``mfu``."""
         return estimate(self.spec, self.setup, self.gpu, replace(options, mfu=self.mfu))
+
+    def under(self, setup: TrainingSetup, options: Options = NO_STRATEGY) -> Breakdown | None:
+        """The estimate of this model under another setup, or None when the estimate refuses
+        it (the question that wanted it is left out)."""
+        if setup == self.setup and options == NO_STRATEGY:
+            return self.base
+        key = (setup, options)
+        if key not in self._variants:
+            try:
+                b = estimate(self.spec, setup, self.gpu, replace(options, mfu=self.mfu))
+            except MemcalcError:
+                b = None
+            self._variants[key] = b
+        return self._variants[key]
 
     @cached_property
     def base(self) -> Breakdown:
@@ -63,6 +196,88 @@ class ModelFacts:
     def strategies(self) -> tuple[Breakdown, ...]:
         """Every recompute x offload candidate of ``memcalc plan``, no strategy first."""
         return tuple(self.run(o) for o in candidate_options(self.spec.num_layers))
+
+    # --- fine-tuning: full, LoRA, QLoRA ---------------------------------------------------
+
+    @property
+    def fine_tuned(self) -> bool:
+        """The learner's own setup trains LoRA adapters on a frozen base."""
+        return self.setup.lora is not None
+
+    @cached_property
+    def full_setup(self) -> TrainingSetup:
+        """The learner's setup as full fine-tuning (every weight trained, none quantized)."""
+        if not self.fine_tuned:
+            return self.setup
+        return self.setup.replace(
+            lora=None, quantize=Quantize.none, kbit_prep=None, input_grads=None
+        )
+
+    @cached_property
+    def full_tuning(self) -> Breakdown | None:
+        """Full fine-tuning of the same model and batch."""
+        return self.under(self.full_setup)
+
+    @cached_property
+    def lora_setup(self) -> TrainingSetup | None:
+        """The learner's LoRA setup; without one, LoRA r = ``LORA_RANK`` on PEFT's default
+        targets for the family (every linear when the family has none this model matches);
+        None when the estimate refuses both. (A mixture of experts' routed experts stay
+        frozen under LoRA, as PEFT leaves their fused weights.)
+        """
+        if self.fine_tuned:
+            return self.setup
+        for targets in ((), (ALL_LINEAR,)):
+            setup = self.setup.replace(lora=LoraSpec(rank=LORA_RANK, targets=targets))
+            if self.under(setup) is not None:
+                return setup
+        return None
+
+    @cached_property
+    def lora(self) -> Breakdown | None:
+        """The estimate of ``lora_setup``."""
+        return None if self.lora_setup is None else self.under(self.lora_setup)
+
+    @cached_property
+    def qlora_setup(self) -> TrainingSetup | None:
+        """``lora_setup`` with a quantized base: the learner's quantization, else NF4."""
+        lora = self.lora_setup
+        if lora is None or lora.quantize is not Quantize.none:
+            return lora
+        return lora.replace(quantize=Quantize.nf4)
+
+    @cached_property
+    def qlora(self) -> Breakdown | None:
+        return None if self.qlora_setup is None else self.under(self.qlora_setup)
+
+    def weights(self, setup: TrainingSetup) -> WeightParts:
+        """The weights of this model under ``setup``, split by storage."""
+        return weight_parts(self.spec, setup)
+
+    @cached_property
+    def experts(self) -> WeightParts | None:
+        """The weights split by storage, routed experts counted (None: a dense model)."""
+        if self.spec.moe is None:
+            return None
+        return weight_parts(self.spec, self.setup)
+
+    # --- several GPUs ---------------------------------------------------------------------
+
+    def laid_out(self, options: Options = NO_STRATEGY, **layout: int | bool) -> Breakdown | None:
+        """The learner's setup over several GPUs (``Parallelism`` fields), or None."""
+        try:
+            setup = self.setup.replace(parallel=Parallelism(**layout))  # type: ignore[arg-type]
+        except MemcalcError:
+            return None
+        return self.under(setup, options)
+
+    @cached_property
+    def tp_degree(self) -> int | None:
+        """The largest of ``TP_DEGREES`` this model's layout accepts (heads divisible)."""
+        for t in TP_DEGREES:
+            if self.laid_out(tp=t) is not None and self.laid_out(tp=t, sp=False) is not None:
+                return t
+        return None
 
 
 def model_facts(

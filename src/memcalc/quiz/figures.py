@@ -9,6 +9,7 @@ exactly on the printed numbers; exact bytes always hold and are the last resort.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
@@ -168,3 +169,53 @@ def format_percent(fraction: float, digits: int = 1) -> str:
     ('+33.3%', '+25%')
     """
     return f"+{100 * fraction:.{digits}f}%"
+
+
+def format_share(fraction: float) -> str:
+    """A share of a whole as a percentage, to three significant digits (one decimal at least).
+
+    >>> format_share(8_388_608 / 6_746_804_224), format_share(3 / 11), format_share(0.0)
+    ('0.124%', '27.3%', '0.0%')
+    """
+    percent = 100 * fraction
+    if percent == 0:
+        return "0.0%"
+    digits = max(1, 2 - math.floor(math.log10(abs(percent))))
+    return f"{percent:.{digits}f}%"
+
+
+def share_value(text: str) -> float:
+    """The percentage a ``format_share`` text states.
+
+    >>> share_value("0.124%")
+    0.124
+    """
+    return float(text.rstrip("%"))
+
+
+COUNT_UNITS = ((10**9, "B"), (10**6, "M"), (10**3, "K"))
+"""How a parameter count is written: billions, millions, thousands (as model cards do)."""
+
+
+def format_params(n: float) -> str:
+    """A parameter count in billions (two decimals), millions or thousands (one decimal).
+
+    >>> format_params(46_702_792_704), format_params(124_439_808), format_params(8_388_608)
+    ('46.70 B', '124.4 M', '8.4 M')
+    """
+    for size, name in COUNT_UNITS:
+        if abs(n) >= size:
+            digits = 2 if name == "B" else 1
+            return f"{n / size:,.{digits}f} {name}"
+    return f"{n:,.0f}"
+
+
+def params_value(text: str) -> float:
+    """The count a ``format_params`` text stands for (as printed).
+
+    >>> params_value("46.70 B"), params_value("124.4 M")
+    (46700000000.0, 124400000.0)
+    """
+    number, _, name = text.partition(" ")
+    scale = dict((u, s) for s, u in COUNT_UNITS).get(name, 1)
+    return float(number.replace(",", "")) * scale

@@ -1,6 +1,7 @@
 """Questions generated from the learner's model: every number comes from ``estimate``.
 
-``model_questions`` asks every registered kind (``kinds.py``) for its question; a kind whose
+``model_questions`` asks every registered kind (``kinds.py``, ``kinds_finetune.py``,
+``kinds_parallel.py``, ``kinds_moe.py``) for its question; a kind whose
 options cannot keep the margin for this model is left out rather than asked with options a
 learner cannot tell apart. ``variant_question`` builds the same kind for a varied setup: the
 sibling asked later in the session after a miss.
@@ -11,6 +12,9 @@ from __future__ import annotations
 from memcalc.estimate import DEFAULT_MFU
 from memcalc.profiles import GpuProfile
 from memcalc.quiz import kinds as _kinds  # noqa: F401  (registers the question kinds)
+from memcalc.quiz import kinds_finetune as _finetune  # noqa: F401
+from memcalc.quiz import kinds_moe as _moe  # noqa: F401
+from memcalc.quiz import kinds_parallel as _parallel  # noqa: F401
 from memcalc.quiz.bank import Question
 from memcalc.quiz.draft import KINDS, MODEL_ID_PREFIX, Kind, Variation, build, gb_read_as_gib
 from memcalc.quiz.facts import ModelFacts, model_facts
@@ -63,8 +67,14 @@ def kind_of(question: Question) -> Kind | None:
 
 
 def _other_depth(spec: ModelSpec) -> ModelSpec:
-    """The preset whose number of blocks is closest to ``spec``'s but different."""
-    others = [s for s in PRESETS.values() if s.num_layers != spec.num_layers]
+    """The preset whose number of blocks is closest to ``spec``'s but different, of the same
+    kind (a mixture of experts for a mixture of experts, else a dense model), so the sibling
+    can ask the same question."""
+    others = [
+        s
+        for s in PRESETS.values()
+        if s.num_layers != spec.num_layers and (s.moe is None) == (spec.moe is None)
+    ]
     return min(others, key=lambda s: (abs(s.num_layers - spec.num_layers), s.name))
 
 

@@ -2,7 +2,9 @@
 distractors as the mistakes people make (each naming its mistake), the numbers the
 explanation shows, printed at one scale per question so every written sum adds up.
 
-To add a kind: write one function here with ``@question_kind(...)`` and add its words to
+To add a kind: write one function with ``@question_kind(...)`` -- here for one GPU and full
+training, in ``kinds_finetune.py`` (LoRA, QLoRA), ``kinds_parallel.py`` (tensor, pipeline,
+context parallelism, ZeRO) or ``kinds_moe.py`` (mixture of experts) -- and add its words to
 ``templates.py`` (``TEMPLATES[name]`` and the ``MISTAKES`` its distractors name).
 """
 
@@ -39,6 +41,7 @@ from memcalc.quiz.figures import (
     format_count,
     format_percent,
     nice_scale,
+    relative_gap,
 )
 from memcalc.quiz.templates import LABELS, TEMPLATES, strategy_label
 from memcalc.spec.training import DType, OptimizerKind
@@ -64,7 +67,24 @@ def written_sum(scale: Scale, lang: Lang, s: Sum, names: list[str] | None = None
     return f"{' '.join(parts)} = {size_text(scale, s.total, lang)}"
 
 
-def _both(make: Callable[[Lang], dict[str, str]]) -> dict[Lang, dict[str, str]]:
+def sum_words(scale: Scale, lang: Lang, s: Sum, names: list[str]) -> str:
+    """``s`` written out when it holds at ``scale`` as printed (``written_sum``), else its
+    named terms, each rounded, and the total: a sum is never written that does not add up.
+    ``names`` are ``LABELS`` keys, one per term."""
+    if scale.holds(s):
+        return written_sum(scale, lang, s)
+    words = LABELS[lang]
+    return words["moment_list"].format(
+        items=words["list_sep"].join(
+            f"{words[n]} {size_text(scale, t, lang)}"
+            for n, (_, t) in zip(names, s.terms, strict=True)
+            if t
+        ),
+        sum=size_text(scale, s.total, lang),
+    )
+
+
+def both(make: Callable[[Lang], dict[str, str]]) -> dict[Lang, dict[str, str]]:
     """``{lang: make(lang)}`` for both languages (``make`` returns a dict of words)."""
     return {lang: make(lang) for lang in Lang}
 
@@ -79,8 +99,11 @@ def _both(make: Callable[[Lang], dict[str, str]]) -> dict[Lang, dict[str, str]]:
     difficulty=Difficulty.easy,
     variation=Variation.precision,
 )
-def weights(f: ModelFacts) -> Draft:
-    """Bytes of the weights: parameters x bytes of the weight dtype."""
+def weights(f: ModelFacts) -> Draft | None:
+    """Bytes of the weights: parameters x bytes of the weight dtype (full training only:
+    LoRA adapters and quantized weights have bytes of their own, asked by the LoRA kinds)."""
+    if f.fine_tuned:
+        return None
     b, setup = f.base, f.setup
     p, w = b.params.total, setup.weight_dtype.itemsize
     other = DType.bf16 if w == 4 else DType.fp32
@@ -129,7 +152,10 @@ def _state_sentence_key(kind: OptimizerKind) -> str:
 def optimizer_states(f: ModelFacts) -> Draft | None:
     """GPU bytes the optimizer holds between steps: states + fp32 master weights (+ the step
     counters only when the estimate puts them on the GPU). Left out for plain SGD without
-    master weights, which holds nothing (bytes-per-param asks about it)."""
+    master weights, which holds nothing (bytes-per-param asks about it), and under LoRA
+    (``lora-states`` asks about the adapters' states)."""
+    if f.fine_tuned:
+        return None
     b, setup = f.base, f.setup
     detail, p = b.optimizer_detail, b.params.total
     value = b.optimizer_bytes
@@ -193,7 +219,7 @@ def optimizer_states(f: ModelFacts) -> Draft | None:
         size(scale, value),
         readable_sizes(scale, candidates),
         values=values,
-        lang_values=_both(words),
+        lang_values=both(words),
         numeric=numeric_size(scale, value),
     )
 
@@ -215,8 +241,11 @@ def _recipe(f: ModelFacts) -> str:
     difficulty=Difficulty.medium,
     variation=Variation.precision,
 )
-def bytes_per_param(f: ModelFacts) -> Draft:
-    """Weights + gradients + optimizer states (+ master weights) per parameter."""
+def bytes_per_param(f: ModelFacts) -> Draft | None:
+    """Weights + gradients + optimizer states (+ master weights) per parameter; full
+    training only (under LoRA most parameters have no gradient or state)."""
+    if f.fine_tuned:
+        return None
     b, setup = f.base, f.setup
     p = b.params.total
     w, g = setup.weight_dtype.itemsize, setup.gradient_dtype.itemsize
@@ -269,7 +298,7 @@ def bytes_per_param(f: ModelFacts) -> Draft:
             "approx": approx,
             "total": size_text(choose_scale([n * p]), n * p),
         },
-        lang_values=_both(
+        lang_values=both(
             lambda lang: {
                 "recipe_sentence": TEMPLATES["bytes-per-param"][lang]
                 .parts[recipe]
@@ -331,7 +360,7 @@ def dominant_component(f: ModelFacts) -> Draft | None:
             "acts_b": shown["activations"],
             "largest_b": shown[largest],
         },
-        lang_values=_both(
+        lang_values=both(
             lambda lang: {
                 "largest": LABELS[lang][largest],
                 "largest_term": LABELS[lang][f"term.{largest}"],
@@ -390,7 +419,7 @@ def activations(f: ModelFacts) -> Draft:
             "outside": size_text(scale, outside),
             "full_value": size_text(scale, f.full.activation_bytes),
         },
-        lang_values=_both(words),
+        lang_values=both(words),
         numeric=numeric_size(scale, value),
     )
 
@@ -426,7 +455,7 @@ def full_recompute_saves(f: ModelFacts) -> Draft:
             "full_value": size_text(scale, full_b),
             "rebuild": size_text(scale, f.full.activation_plan.rebuild_bytes),
         },
-        lang_values=_both(lambda lang: {"difference": written_sum(scale, lang, difference)}),
+        lang_values=both(lambda lang: {"difference": written_sum(scale, lang, difference)}),
         numeric=numeric_size(scale, saved),
     )
 
@@ -472,7 +501,7 @@ def full_recompute_flops(f: ModelFacts) -> Draft:
             "outside_share": f"{100 * (1 - in_blocks):.1f}%",
             "extra_time": format_seconds(full.extra_seconds),
         },
-        lang_values=_both(
+        lang_values=both(
             lambda lang: {
                 "textbook_sentence": TEMPLATES["full-recompute-flops"][lang]
                 .parts["close" if close else "far"]
@@ -526,6 +555,61 @@ def sqrt_checkpoints(f: ModelFacts) -> Draft:
     )
 
 
+@question_kind(
+    "sqrt-flops",
+    concept="sqrt-n-checkpointing",
+    topic=Topic.recompute,
+    difficulty=Difficulty.medium,
+    variation=Variation.depth,
+)
+def sqrt_flops(f: ModelFacts) -> Draft | None:
+    """Extra step FLOPs of sqrt(N) checkpointing: every segment is replayed once in
+    backward, so every block's forward runs once more -- the same as full recompute (Chen et
+    al. 2016: O(sqrt N) memory for one extra forward). What differs is the memory at
+    backward's worst moment, which the explanation compares. Left out when the estimate's two
+    FLOPs figures differ (the explanation says they are equal)."""
+    k = f.k
+    if k < 2:
+        return None
+    sq, full = f.sqrt, f.full
+    value = sq.extra_flops_fraction
+    if value <= 0 or relative_gap(value, full.extra_flops_fraction) > 1e-9:
+        return None
+    candidates = [
+        _percent(value / k, "sqrt.flops_per_k"),
+        _percent(0.0, "sqrt.flops_free"),
+        _percent(value * (k + 1) / 2, "sqrt.flops_per_block"),
+        _percent(2 * value, "double"),
+        _percent(value / 2, "half"),
+    ]
+    worst = [sq.activation_plan.peak_activation_bytes, full.activation_plan.peak_activation_bytes]
+    scale = choose_scale([*worst, f.base.activation_bytes])
+    lighter = "full_lighter" if worst[1] < worst[0] else "sqrt_lighter"
+    checkpoints = str(-(-f.spec.num_layers // k))
+    return Draft(
+        _percent(value),
+        candidates,
+        values={
+            "full_pct": format_percent(full.extra_flops_fraction),
+            "extra": format_flops(sq.extra_forward_flops),
+            "sqrt_worst": size_text(scale, worst[0]),
+            "full_worst": size_text(scale, worst[1]),
+            "none_acts": size_text(scale, f.base.activation_bytes),
+            "checkpoints": checkpoints,
+        },
+        lang_values=both(
+            lambda lang: {
+                "memory_sentence": TEMPLATES["sqrt-flops"][lang]
+                .parts[lighter]
+                .format(k=str(k), checkpoints=checkpoints)
+            }
+        ),
+        numeric=Numeric(
+            value=round(100 * value, 1), unit=AnswerUnit.percent, tolerance=PERCENT_TOLERANCE
+        ),
+    )
+
+
 def every_k_of(n: int) -> int:
     """The k the every-k question asks about: 4 (as in ``--every 4``) for deep models, 2 for
     shallow ones, never the sqrt(N) k the sqrt question uses when another fits."""
@@ -569,7 +653,7 @@ def every_k_peak(f: ModelFacts) -> Draft | None:
             "rebuilt": size_text(scale, rebuilt),
             "block": size_text(scale, one_block),
         },
-        lang_values=_both(lambda lang: {"sum": written_sum(scale, lang, total)}),
+        lang_values=both(lambda lang: {"sum": written_sum(scale, lang, total)}),
         numeric=numeric_size(scale, value),
     )
 
@@ -635,7 +719,7 @@ def every_k_best(f: ModelFacts) -> Draft | None:
             "block": size_text(inputs, block),
             "k_star": f"{k_star:.1f}",
         },
-        lang_values=_both(words),
+        lang_values=both(words),
     )
 
 
@@ -765,7 +849,7 @@ def fits(f: ModelFacts) -> Draft:
             "gpu_memory": size_text(scale, memory),
             "reserve": size_text(scale, b.reserve_bytes),
         },
-        lang_values=_both(words),
+        lang_values=both(words),
         numeric=numeric_size(scale, value),
     )
 
@@ -906,5 +990,5 @@ def cheapest_fit_question(f: ModelFacts) -> Draft:
             "usable": size_text(scale, base.usable_bytes),
             "reserve": size_text(scale, base.reserve_bytes),
         },
-        lang_values=_both(words),
+        lang_values=both(words),
     )

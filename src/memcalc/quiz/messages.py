@@ -142,6 +142,9 @@ TOPIC_NAMES: dict[Lang, dict[Topic, str]] = {
         Topic.offload: "آف لوڈ",
         Topic.precision: "پریسیژن",
         Topic.sharding: "شارڈنگ",
+        Topic.parallel: "پیرالل ازم",
+        Topic.lora: "LoRA",
+        Topic.moe: "MoE",
     },
 }
 """Topic names as shown above a question."""

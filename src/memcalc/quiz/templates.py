@@ -6,25 +6,20 @@ freely. Numbers, units (GiB, MiB), dtypes and strategy names in code (``bf16-mix
 Latin script in Urdu, as in the bank files; the terminal isolates them (``bidi.py``).
 
 ``MISTAKES`` holds what each distractor stands for: the sentence shown when a learner picks it.
+The kinds of ``kinds_finetune.py``, ``kinds_parallel.py`` and ``kinds_moe.py`` keep their
+words beside them in ``words_finetune.py``, ``words_parallel.py`` and ``words_moe.py``; they
+are merged in here, so ``TEMPLATES``, ``MISTAKES`` and ``LABELS`` hold every kind.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from memcalc.estimate import Options
+from memcalc.quiz import words_finetune, words_moe, words_parallel
 from memcalc.quiz.bank import Lang
+from memcalc.quiz.template import Template
 from memcalc.strategies.recompute import Recompute
 
-
-@dataclass(frozen=True)
-class Template:
-    """The words of one generated question in one language."""
-
-    prompt: str
-    explanation: str
-    parts: dict[str, str] = field(default_factory=dict)
-    """Optional sentences the generator picks from and passes in as values."""
+__all__ = ["CONTEXT", "LABELS", "MISTAKES", "TEMPLATES", "Template", "strategy_label"]
 
 
 CONTEXT: dict[Lang, str] = {
@@ -387,6 +382,47 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "دوبارہ بنتا ہے ({rebuild})۔",
         ),
     },
+    "sqrt-flops": {
+        Lang.en: Template(
+            prompt="Training {ctx} with sqrt(N) checkpointing keeps a checkpoint every k = "
+            "{k} blocks: {checkpoints} checkpoints for {layers} blocks. By how much does it "
+            "increase the FLOPs of one training step?",
+            explanation="In backward each segment is rebuilt once from the checkpoint at its "
+            "start, and its {k} blocks' backward then use the rebuilt tensors: every block's "
+            "forward runs once more, {extra} in all, {value} of the step: the same as full "
+            "recompute ({full_pct}). The two differ in memory: at backward's worst moment "
+            "sqrt(N) holds {sqrt_worst} of activations, full recompute {full_worst}, no "
+            "recompute {none_acts}. {memory_sentence}",
+            parts={
+                "full_lighter": "Here full recompute is the lighter one: a block saves much "
+                "more than its input, so rebuilding {k} blocks at once costs more than keeping "
+                "every block's input (Chen et al.'s sqrt(N) assumes layers whose saved "
+                "tensors are as small as their inputs).",
+                "sqrt_lighter": "Here sqrt(N) is the lighter one: it keeps only "
+                "{checkpoints} block inputs and rebuilds {k} blocks at a time (Chen et al. "
+                "2016).",
+            },
+        ),
+        Lang.ur: Template(
+            prompt="sqrt(N) چیک پوائنٹنگ کے ساتھ {ctx} کی ٹریننگ ہر k = {k} بلاکس پر ایک چیک "
+            "پوائنٹ رکھتی ہے: {layers} بلاکس کے لیے {checkpoints} چیک پوائنٹس۔ اس سے ایک "
+            "ٹریننگ اسٹیپ کے FLOPs کتنے بڑھتے ہیں؟",
+            explanation="بیک ورڈ میں ہر سیگمنٹ اپنے شروع کے چیک پوائنٹ سے ایک بار دوبارہ بنتا "
+            "ہے، اور پھر اس کے {k} بلاکس کا بیک ورڈ انہی دوبارہ بنے ٹینسرز سے چلتا ہے: ہر بلاک "
+            "کا فارورڈ ایک بار مزید چلتا ہے، کل {extra}، یعنی اسٹیپ کا {value}: اتنا ہی جتنا فل "
+            "ری کمپیوٹ ({full_pct})۔ فرق میموری میں ہے: بیک ورڈ کے سب سے بھاری لمحے میں "
+            "sqrt(N) {sqrt_worst} ایکٹیویشنز رکھتی ہے، فل ری کمپیوٹ {full_worst}، اور ری "
+            "کمپیوٹ کے بغیر {none_acts}۔ {memory_sentence}",
+            parts={
+                "full_lighter": "یہاں فل ری کمپیوٹ ہلکا ہے: ایک بلاک اپنے ان پٹ سے کہیں زیادہ "
+                "محفوظ کرتا ہے، اس لیے ایک ساتھ {k} بلاکس دوبارہ بنانا ہر بلاک کا ان پٹ رکھنے "
+                "سے مہنگا پڑتا ہے (Chen et al. کا sqrt(N) ان لیئرز کے لیے ہے جن کے محفوظ ٹینسرز "
+                "ان کے ان پٹ جتنے چھوٹے ہوں)۔",
+                "sqrt_lighter": "یہاں sqrt(N) ہلکی ہے: یہ صرف {checkpoints} بلاک ان پٹ رکھتی "
+                "ہے اور ایک وقت میں {k} بلاکس دوبارہ بناتی ہے (Chen et al. 2016)۔",
+            },
+        ),
+    },
     "every-k-peak": {
         Lang.en: Template(
             prompt="Training {ctx} with a checkpoint every k = {every} blocks (--recompute "
@@ -612,6 +648,12 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "sqrt.one": "One checkpoint would make backward rebuild the whole model at once.",
         "sqrt.half": "That is N/2, a checkpoint every other block.",
         "sqrt.off_by_one": "Off by one: the segments are ceil(N / k), rounding up.",
+        "sqrt.flops_per_k": "That replays one block in {k}; backward rebuilds every segment "
+        "from its checkpoint, so every block's forward runs again.",
+        "sqrt.flops_free": "Checkpointing is not free: the tensors it drops are rebuilt by "
+        "running the forward again.",
+        "sqrt.flops_per_block": "That rebuilds the segment once for each of its blocks; it is "
+        "rebuilt once, and its tensors stay until the segment's backward is done.",
         "everyk.forgot_rebuild": "That is only what the forward keeps; backward rebuilds a "
         "segment of {every} blocks on top of it ({rebuild}).",
         "everyk.one_block": "That rebuilds one block at a time, as full recompute does; "
@@ -708,6 +750,12 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "sqrt.one": "ایک ہی چیک پوائنٹ ہو تو بیک ورڈ کو پورا ماڈل ایک ساتھ دوبارہ بنانا پڑتا۔",
         "sqrt.half": "یہ N/2 ہے، یعنی ہر دوسرے بلاک پر ایک چیک پوائنٹ۔",
         "sqrt.off_by_one": "ایک کا فرق: سیگمنٹس ceil(N / k) ہیں، اوپر کی طرف راؤنڈ کر کے۔",
+        "sqrt.flops_per_k": "یہ {k} میں سے ایک بلاک دہراتا ہے؛ بیک ورڈ ہر سیگمنٹ کو اس کے چیک "
+        "پوائنٹ سے دوبارہ بناتا ہے، اس لیے ہر بلاک کا فارورڈ دوبارہ چلتا ہے۔",
+        "sqrt.flops_free": "چیک پوائنٹنگ مفت نہیں: جو ٹینسرز یہ چھوڑتی ہے وہ فارورڈ دوبارہ "
+        "چلا کر بنائے جاتے ہیں۔",
+        "sqrt.flops_per_block": "یہ سیگمنٹ کو اس کے ہر بلاک کے لیے الگ الگ دوبارہ بناتا ہے؛ "
+        "سیگمنٹ ایک ہی بار بنتا ہے اور اس کے ٹینسرز سیگمنٹ کا بیک ورڈ ختم ہونے تک رہتے ہیں۔",
         "everyk.forgot_rebuild": "یہ صرف وہ ہے جو فارورڈ رکھتا ہے؛ بیک ورڈ اس کے اوپر "
         "{every} بلاکس کا ایک سیگمنٹ دوبارہ بناتا ہے ({rebuild})۔",
         "everyk.one_block": "یہ ایک وقت میں ایک بلاک دوبارہ بناتا ہے، جیسے فل ری کمپیوٹ؛ "
@@ -738,3 +786,15 @@ MISTAKES: dict[Lang, dict[str, str]] = {
     },
 }
 """What each distractor stands for, by mistake key and language: shown when it is picked."""
+
+for _words in (words_finetune, words_parallel, words_moe):
+    for _name, _by_lang in _words.TEMPLATES.items():
+        if _name in TEMPLATES:
+            raise ValueError(f"question kind {_name!r} has words twice")
+        TEMPLATES[_name] = _by_lang
+    for _lang in Lang:
+        for _table, _more in ((MISTAKES, _words.MISTAKES), (LABELS, _words.LABELS)):
+            _twice = set(_table[_lang]) & set(_more[_lang])
+            if _twice:
+                raise ValueError(f"words defined twice: {sorted(_twice)}")
+            _table[_lang].update(_more[_lang])

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from memcalc.errors import MemcalcError
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec, Positions
-from memcalc.spec.training import Attention, Precision, TrainingSetup
+from memcalc.spec.training import DEFAULT_MOE_IMBALANCE, Attention, Precision, TrainingSetup
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,13 @@ def check(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
             f"--seq: {setup.seq} is over {spec.name}'s {spec.max_position_embeddings} learned "
             "positions (max_position_embeddings): its position table has no row for them"
         )
+    experts = spec.moe.num_experts if spec.moe is not None else 0
+    if setup.parallel.ep > 1 and (not experts or experts % setup.parallel.ep):
+        raise MemcalcError(
+            f"--ep: {setup.parallel.ep} must divide {spec.name}'s {experts} routed experts"
+            if experts
+            else f"--ep: {spec.name} has no experts to split (expert parallelism is for MoE)"
+        )
     warnings = []
     if spec.positions is Positions.rotary and setup.seq > spec.max_position_embeddings:
         warnings.append(
@@ -48,6 +55,16 @@ def check(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
         warnings.append(
             f"--zero {par.zero} on one data-parallel GPU shards nothing; add --dp N (--gpus N)"
         )
+    if spec.moe is None:
+        routing = [
+            flag
+            for flag, given in (
+                ("--moe-imbalance", setup.moe_imbalance != DEFAULT_MOE_IMBALANCE),
+                ("--capacity-factor", setup.capacity_factor is not None),
+            )
+            if given
+        ]
+        warnings += [f"{flag} has no effect: {spec.name} has no experts" for flag in routing]
     return warnings
 
 

@@ -2,8 +2,9 @@
 torchtitan and DeepSpeed (data, tensor/sequence, pipeline, context and expert parallelism),
 ZeRO / FSDP sharding and gradient accumulation.
 
-World size = dp x tp x pp x cp. Expert parallelism splits the experts over ep ranks inside the
-dp x tp ranks of a stage (Megatron's MoE parallel folding), so it does not add to the world.
+World size = dp x tp x pp x cp. Expert parallelism splits the routed experts over ep of the
+data-parallel ranks, each keeping its tensor-parallel slice of them (Megatron-core's default
+expert_tensor_parallel_size = tp), so it does not add to the world.
 Rank order (innermost first): tp, cp, dp, pp -- tp and cp groups sit inside a node when they
 fit, as Megatron places them (``parallel_state.initialize_model_parallel``).
 """
@@ -66,7 +67,8 @@ class Parallelism:
         le=10**4,
     )
     ep: int = spec_field(
-        "Expert-parallel ranks (MoE): experts split over ep ranks inside dp x tp.",
+        "Expert-parallel ranks (MoE): the routed experts split over ep of the data-parallel "
+        "ranks (each keeps its tensor-parallel slice of its experts).",
         default=1,
         ge=1,
         le=10**5,
@@ -133,11 +135,14 @@ class Parallelism:
             raise FieldError("shard_size", f"must divide dp ({self.dp}), got {self.shard_size}")
         if self.shard_size is not None and self.zero < 3:
             raise FieldError("shard_size", "HSDP shards parameters: it needs --zero 3")
-        if (self.dp * self.tp) % self.ep:
+        if self.shard_ranks % self.ep:
+            # Megatron-core: expert_tensor_parallel_size defaults to tensor_model_parallel_size,
+            # so the expert-parallel group is formed from data-parallel ranks
+            # (core/parallel_state.py initialize_model_parallel, "expert-tensor" x "ep" x "edp")
             raise FieldError(
                 "ep",
-                f"expert parallelism runs inside dp x tp ({self.dp * self.tp} ranks); "
-                f"ep ({self.ep}) must divide it",
+                f"expert parallelism runs inside the {self.shard_ranks} data-parallel ranks "
+                f"(experts keep their tensor-parallel split); ep ({self.ep}) must divide it",
             )
 
     def replace(self, **changes: object) -> Parallelism:
@@ -168,10 +173,11 @@ class Parallelism:
         return self.shard_size or self.dp
 
     @property
-    def expert_dp(self) -> int:
-        """Ranks that hold the same experts and share their optimizer states: dp x tp / ep
-        (Megatron ``theoretical_memory_usage``: expert data parallel = world / (etp ep pp))."""
-        return self.dp * self.tp // self.ep
+    def expert_shard_ranks(self) -> int:
+        """Ranks that hold the same experts and shard their states under ZeRO: the shard
+        group over ep (Megatron-core's expert data-parallel group, world / (etp x ep x pp) with
+        etp = tp)."""
+        return self.shard_ranks // self.ep
 
     def describe(self) -> str:
         parts = [f"{self.world_size} GPUs: dp {self.dp}"]

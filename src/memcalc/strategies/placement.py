@@ -114,18 +114,26 @@ def place(
                 "--offload optimizer: with more than one data-parallel GPU it needs --zero 1 or "
                 "more (DeepSpeed offload_optimizer shards the states it moves)"
             )
-    params_b = sharding.share(counts.weight_bytes(setup.weight_dtype.itemsize), from_stage=3)
+    weights = counts.weight_bytes(setup.weight_dtype.itemsize)
+    params_b = sharding.share(weights, 3, _experts_part(weights, counts))
+    grads = counts.grad_bytes(setup.gradient_dtype.itemsize)
     grads_b = sharding.share(
-        counts.grad_bytes(setup.gradient_dtype.itemsize) + extra_grad_bytes, from_stage=2
+        grads + extra_grad_bytes, 2, _experts_part(grads, counts.optimizer_counts)
     )
     step_b = optimizer.step_tensor_bytes if optimizer.step_on_device else 0
+    states = optimizer.total_bytes - optimizer.step_tensor_bytes
+    states_experts = _experts_part(states, counts.optimizer_counts)
     if sharding.shards_parameters:
         # FSDP2: every rank's optimizer steps its shard of every parameter tensor, so it keeps
         # one step tensor per tensor (torch adam.py _init_group, over the DTensor shards)
-        opt_b = sharding.share(optimizer.total_bytes - step_b, from_stage=1) + step_b
+        opt_b = sharding.share(optimizer.total_bytes - step_b, 1, states_experts) + step_b
     else:
-        opt_b = sharding.share(optimizer.total_bytes, from_stage=1)
-    step_temp = sharding.share(optimizer.step_temporary_bytes, from_stage=1)
+        opt_b = sharding.share(optimizer.total_bytes, 1, states_experts)
+    step_temp = sharding.share(
+        optimizer.step_temporary_bytes,
+        1,
+        _experts_part(optimizer.step_temporary_bytes, counts.optimizer_counts),
+    )
     gpu_params, gpu_grads, gpu_opt = params_b, grads_b, opt_b
     host = nvme = host_link = nvme_link = 0
     overlapped = exposed = cpu_step = 0.0
@@ -191,3 +199,9 @@ def place(
         cpu_step_seconds=cpu_step,
         notes=tuple(notes),
     )
+
+
+def _experts_part(num_bytes: int, counts: ParamCounts) -> int:
+    """The routed experts' part of ``num_bytes`` of per-element model states over ``counts``
+    (their share of the elements: states, gradients and weights are per element)."""
+    return num_bytes * counts.expert // counts.total if counts.total else 0

@@ -18,16 +18,24 @@ class Sharding:
 
     gpus: int = 1
     stage: int = 0
+    expert_gpus: int | None = None
+    """Ranks the routed experts' states are sharded over (expert parallelism: gpus / ep, the
+    ranks holding the same experts); None: ``gpus``."""
 
-    def share(self, num_bytes: int, from_stage: int) -> int:
-        """``num_bytes`` / N (rounded up) when this stage shards it, else all of it.
+    def share(self, num_bytes: int, from_stage: int, expert_bytes: int = 0) -> int:
+        """``num_bytes`` / N (rounded up) when this stage shards it, else all of it; the
+        ``expert_bytes`` among them over the expert shard group.
 
         >>> Sharding(8, 1).share(800, from_stage=1), Sharding(8, 1).share(800, from_stage=2)
         (100, 800)
+        >>> Sharding(8, 1, expert_gpus=2).share(800, from_stage=1, expert_bytes=400)
+        250
         """
-        if self.stage >= from_stage and self.gpus > 1:
-            return -(-num_bytes // self.gpus)
-        return num_bytes
+        if self.stage < from_stage:
+            return num_bytes
+        dense = num_bytes - expert_bytes
+        experts = self.gpus if self.expert_gpus is None else self.expert_gpus
+        return -(-dense // self.gpus) + -(-expert_bytes // experts)
 
     @property
     def shards_gradients(self) -> bool:

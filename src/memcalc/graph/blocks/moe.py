@@ -30,11 +30,13 @@ def dispatch_rows(moe: MoeSpec, dims: Dims) -> int:
     """Rows the routed experts of this rank process: their dispatch buffers' length.
 
     Dropless (HF, Megablocks; Gale et al. 2022): every token's k choices, T*k rows on a rank
-    that holds all E experts. A rank holding ``dims.experts`` < E of them (expert parallelism)
-    gets its share T*k*E_local/E scaled by ``dims.moe_imbalance`` -- the busiest rank's load
-    -- and never more than all T*k. With a capacity factor (Megatron-core ``get_capacity``:
-    ``ceil(T*k / E * factor)`` rows per expert, tokens beyond it dropped, buffers padded to
-    it), every local expert's buffer is that long, whatever the imbalance.
+    that holds all E experts. Under expert parallelism the all-to-all brings the T*k rows of
+    each of the ep ranks to the experts that take them; a rank holding ``dims.experts`` = E/ep
+    of them gets its share ep*T*k*E_local/E (= T*k on average) scaled by
+    ``dims.moe_imbalance`` -- the busiest rank's load -- and never more than all ep*T*k. With
+    a capacity factor (Megatron-core ``get_capacity``: ``ceil(T*k / E * factor)`` rows per
+    expert from each source rank, tokens beyond it dropped, buffers padded to it), every local
+    expert's buffer is ep times that long, whatever the imbalance.
 
     >>> moe = MoeSpec(num_experts=8, top_k=2, expert_size=64)
     >>> d = Dims(b=2, s=512, h=64, a=4, d=16, g=4, m=64, V=10, p=DType.bf16, r=DType.bf16,
@@ -42,17 +44,19 @@ def dispatch_rows(moe: MoeSpec, dims: Dims) -> int:
     >>> dispatch_rows(moe, d)  # all experts here: 1024 tokens x 2
     2048
     >>> from dataclasses import replace
-    >>> dispatch_rows(moe, replace(d, experts=2))  # a quarter of them, the busiest rank
-    640
+    >>> dispatch_rows(moe, replace(d, experts=2, ep=4))  # ep 4: the busiest rank's 2 experts
+    2560
     >>> dispatch_rows(moe, replace(d, capacity_factor=1.0))  # 8 buffers of 256 rows
     2048
     """
     routed = dims.T * moe.top_k
     local = dims.experts or moe.num_experts
     if dims.capacity_factor is not None:
-        return local * math.ceil(routed / moe.num_experts * dims.capacity_factor)
-    share = routed * local / moe.num_experts
-    return min(routed, math.ceil(share * dims.moe_imbalance))
+        return local * dims.ep * math.ceil(routed / moe.num_experts * dims.capacity_factor)
+    if local == moe.num_experts:
+        return routed  # every expert here: all T*k rows, however they are spread
+    share = routed * dims.ep * local / moe.num_experts
+    return min(routed * dims.ep, math.ceil(share * dims.moe_imbalance))
 
 
 def moe_mlp(sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims, x: Saved) -> Saved:
@@ -235,17 +239,36 @@ def routed_experts(
         0,
         "aten.index(weights, perm): saves indices",
     )
-    active = k * 2 * m * h
+    active = min(k, E) * 2 * m * h  # this rank's share of a token's experts
+    # The experts are fused nn.Parameters, not nn.Linear: PEFT's LoRA (and bitsandbytes'
+    # quantization) leave them frozen base weights unless targeted by name; _grouped_mm saves
+    # its input only for mat2's gradient (derivatives.yaml: mat2 uses self), offs always.
+    trained = sc.trainable(f"{ex}.gate_up_proj")
+    source = (
+        "aten._grouped_mm: saves self and offs (mat2 is the parameter)"
+        if trained
+        else "aten._grouped_mm with frozen experts (LoRA base): saves offs only"
+    )
+    param_dtype = sc.param_dtype(f"{ex}.gate_up_proj")
     gate_up = Saved(f"{ex}.gate_up_proj.out", S * 2 * m, dtype)
     sc.add(
         f"{ex}.gate_up_proj",
         MLP,
-        [offsets, gathered],
+        [offsets, gathered] if trained else [offsets],
         matmul_flops(S, h, 2 * m),
-        "aten._grouped_mm: saves self and offs (mat2 is the parameter)",
+        source,
         grads=(S * h + S * 2 * m) * dtype.itemsize + pending,
-        params=E * 2 * m * h,
-        weights=(ParamTensor(f"{ex}.gate_up_proj", (E, 2 * m, h), "mlp", active_numel=active),),
+        params=E * 2 * m * h if trained else 0,
+        weights=(
+            ParamTensor(
+                f"{ex}.gate_up_proj",
+                (E, 2 * m, h),
+                "mlp",
+                trained,
+                param_dtype,
+                active_numel=active,
+            ),
+        ),
     )
     activation(sc, f"{ex}.act", gate_up, spec.activation)
     act = Saved(f"{ex}.act.out", S * m, dtype)
@@ -262,12 +285,21 @@ def routed_experts(
     sc.add(
         f"{ex}.down_proj",
         MLP,
-        [offsets, product],
+        [offsets, product] if trained else [offsets],
         matmul_flops(S, m, h),
-        "aten._grouped_mm: saves self and offs (mat2 is the parameter)",
+        source,
         grads=(S * m + S * h) * dtype.itemsize + pending,
-        params=E * h * m,
-        weights=(ParamTensor(f"{ex}.down_proj", (E, h, m), "mlp", active_numel=k * h * m),),
+        params=E * h * m if trained else 0,
+        weights=(
+            ParamTensor(
+                f"{ex}.down_proj",
+                (E, h, m),
+                "mlp",
+                trained,
+                param_dtype,
+                active_numel=min(k, E) * h * m,
+            ),
+        ),
     )
     w_g = Saved(f"{ex}.weights_sorted", S, weights.dtype)
     weighted = DType.fp32 if DType.fp32 in (dtype, weights.dtype) else dtype
