@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from memcalc.errors import MemcalcError
+from memcalc.errors import MemcalcError, one_of
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Component, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
@@ -55,6 +55,32 @@ class Options:
     """Fraction of GPU memory kept free (see DEFAULT_HEADROOM)."""
 
     def __post_init__(self) -> None:
+        """Accept what the command line accepts: ``recompute="full"`` (any case),
+        ``offload=["optimizer=cpu"]`` (or one string), ``budget_bytes="20GiB"``; bad values
+        raise the command line's one-line MemcalcError.
+
+        >>> o = Options(recompute="FULL", offload=("optimizer=cpu",), budget_bytes="1GiB")
+        >>> o.recompute, o.offload[0].label, o.budget_bytes
+        (<Recompute.full: 'full'>, 'optimizer=cpu', 1073741824)
+        """
+        if not isinstance(self.recompute, Recompute):
+            name = str(self.recompute).lower()
+            match = [r for r in Recompute if r.value == name]
+            if not match:
+                raise one_of("--recompute", self.recompute, [r.value for r in Recompute])
+            object.__setattr__(self, "recompute", match[0])
+        offload = self.offload
+        if not (isinstance(offload, tuple) and all(isinstance(o, Offload) for o in offload)):
+            items = (offload,) if isinstance(offload, (str, Offload)) else tuple(offload)
+            object.__setattr__(
+                self,
+                "offload",
+                tuple(o if isinstance(o, Offload) else Offload.parse(o) for o in items),
+            )
+        if isinstance(self.budget_bytes, str):
+            from memcalc.units import parse_size
+
+            object.__setattr__(self, "budget_bytes", parse_size(self.budget_bytes))
         if not MIN_MFU <= self.mfu <= 1:  # also refuses nan
             raise MemcalcError(f"--mfu: must be from {MIN_MFU} to 1, got {self.mfu!r}")
         if not 0 <= self.headroom < 0.9:

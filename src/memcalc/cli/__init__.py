@@ -30,7 +30,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": (
         "memcalc.cli.plan",
         "plan_command",
-        "The cheapest strategy that fits, per GPU count and ZeRO stage.",
+        "The fewest GPUs of each kind that fit, the fastest layout within --max-gpus, and a "
+        "ranked table.",
     ),
     "profiles": ("memcalc.cli.catalog", "profiles_app", "GPU profiles: list, show."),
     "models": ("memcalc.cli.catalog", "models_app", "Built-in model presets: list."),
@@ -68,13 +69,24 @@ class _LazyGroup(click.Group):
         if name in COMMANDS and name not in self.commands:
             module, attribute, _ = COMMANDS[name]
             target = getattr(importlib.import_module(module), attribute)
-            self.add_command(target, name)
+            self.add_command(_with_version(target), name)
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list, from COMMANDS (nothing is imported to print it)."""
         with formatter.section("Commands"):
             formatter.write_dl([(name, summary) for name, (_, _, summary) in COMMANDS.items()])
+
+
+def _with_version(command: click.Command) -> click.Command:
+    """``command`` (and, for a group, its subcommands) with ``--version``, as the top level
+    has it."""
+    if not any("--version" in p.opts for p in command.params if isinstance(p, click.Option)):
+        click.version_option(__version__, "--version", prog_name="memcalc")(command)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _with_version(sub)
+    return command
 
 
 @click.group(

@@ -10,18 +10,29 @@ from memcalc.profiles import list_profiles, load_profile
 from memcalc.spec.presets import PRESETS
 from memcalc.units import Unit, to_unit
 
+PROFILES_EXAMPLES = """\b
+Examples:
+  memcalc profiles list
+  memcalc profiles list --unit GB
+  memcalc profiles show h100
+"""
+MODELS_EXAMPLES = """\b
+Examples:
+  memcalc models list
+"""
 
-@click.group("profiles", no_args_is_help=True)
+
+@click.group("profiles", no_args_is_help=True, epilog=PROFILES_EXAMPLES)
 def profiles_app() -> None:
     """GPU profiles (profiles/*.toml): list, show."""
 
 
-@click.group("models", no_args_is_help=True)
+@click.group("models", no_args_is_help=True, epilog=MODELS_EXAMPLES)
 def models_app() -> None:
     """Built-in model presets: list."""
 
 
-@profiles_app.command("list")
+@profiles_app.command("list", epilog=PROFILES_EXAMPLES)
 @click.option("--unit", type=EnumChoice(Unit), default=Unit.GiB.value, help="Memory unit.")
 def profiles_list(unit: Unit) -> None:
     """List the built-in GPU profiles."""
@@ -60,7 +71,7 @@ def profiles_list(unit: Unit) -> None:
     )
 
 
-@profiles_app.command("show")
+@profiles_app.command("show", epilog=PROFILES_EXAMPLES)
 @click.argument("name")
 def profiles_show(name: str) -> None:
     """Show every field of one GPU profile; fields a profile file leaves out are marked."""
@@ -84,7 +95,7 @@ def profiles_show(name: str) -> None:
     )
 
 
-@models_app.command("list")
+@models_app.command("list", epilog=MODELS_EXAMPLES)
 def models_list() -> None:
     """List the built-in model presets with their exact parameter counts."""
     from tabulate import tabulate

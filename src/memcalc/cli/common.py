@@ -46,7 +46,7 @@ class EnumChoice(click.Choice):  # type: ignore[type-arg]
         return self.enum(super().convert(value, param, ctx))
 
 
-class Number(click.ParamType):
+class Number(click.ParamType):  # type: ignore[type-arg]
     """A finite number within stated bounds (click's FloatRange lets ``nan`` through): the
     flag's value is refused with its range, never turned into inf or nan."""
 
@@ -82,7 +82,7 @@ class Number(click.ParamType):
         return number
 
 
-class FilePath(click.ParamType):
+class FilePath(click.ParamType):  # type: ignore[type-arg]
     """A file path taken as given: no ``os.stat`` at parse time (click.Path's raises on a NUL
     byte); the reader (``memcalc.files``) says what is wrong with it, naming it."""
 
@@ -389,6 +389,29 @@ output_options = options(
         help="Memory unit: GiB (2^30) or GB (10^9).",
     ),
 )
+
+view_options = options(
+    click.option(
+        "--wide",
+        is_flag=True,
+        help="Every column of the table (by default a few, fitted to the terminal).",
+    ),
+    click.option(
+        "--plot",
+        metavar="FILE",
+        default=None,
+        help="Also draw a chart to FILE (.png, .svg or .html); needs the plot extra: "
+        "pip install -e '.[plot]' (or just matplotlib).",
+    ),
+)
+
+
+def terminal_width() -> int:
+    """Columns to fit text to: $COLUMNS, else the terminal's, else 80."""
+    import shutil
+
+    return shutil.get_terminal_size().columns
+
 
 SETUP_KEYS = (
     "batch",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -18,10 +19,14 @@ from memcalc.cli.common import (
     routing_options,
     setup_options,
     strategy_options,
+    terminal_width,
+    view_options,
 )
-from memcalc.cli.inputs import read_inputs
-from memcalc.estimate import estimate
-from memcalc.report import render_estimate
+from memcalc.cli.inputs import Inputs, read_inputs
+from memcalc.estimate import Breakdown, Options, estimate
+from memcalc.profiles import GpuProfile
+from memcalc.report.estimate import render_breakdowns, strategy_rows
+from memcalc.spec.model import ModelSpec
 from memcalc.strategies.selection import chosen_options
 
 EXAMPLES = """\b
@@ -31,6 +36,7 @@ Examples:
   memcalc estimate --model llama-3-70b --seq 8192 --tp 8 --pp 4 --dp 2 --microbatches 16 --zero 1
   memcalc estimate --model llama-3-8b --gpu 4090 --seq 2048 --lora-rank 16 --quantize nf4
   memcalc estimate --model path/to/config.json --format json
+  memcalc estimate --model llama-3-8b --seq 8192 --wide --plot strategies.svg
 """
 
 
@@ -45,11 +51,46 @@ Examples:
 @strategy_options
 @fit_options
 @output_options
+@view_options
 def estimate_command(**values: Any) -> None:
     """Split the memory of one training step into parameters, gradients, optimizer states and
     activations under each recompute / offload strategy, and say whether it fits."""
-    inputs = read_inputs(values, (values["gpu"],))
-    spec, setup, profile = inputs.spec, inputs.setup, inputs.profiles[0]
+    plot = values["plot"]
+    if plot is not None:
+        from memcalc.plot import check_path
+
+        check_path(plot)  # before the estimate: a bad name or a missing extra fails fast
+    run, inputs, options = estimate_inputs(values)
+    rows = strategy_rows(run, inputs.spec.num_layers, inputs.setup, options)
+    click.echo(
+        render_breakdowns(
+            rows,
+            detail=options is not None,
+            fmt=values["fmt"],
+            unit=values["unit"],
+            hint=plan_hint(values),
+            wide=values["wide"],
+            width=terminal_width(),
+        )
+    )
+    if plot is not None:
+        from memcalc.plot import plot_estimate
+
+        path = plot_estimate(rows, plot, values["unit"], detail=options is not None)
+        click.echo(f"chart: {path}", err=True)
+
+
+def estimate_inputs(
+    values: dict[str, Any],
+    spec: ModelSpec | None = None,
+    gpu: str | GpuProfile | None = None,
+) -> tuple[Callable[[Options], Breakdown], Inputs, Options | None]:
+    """What the option values ask for, validated: a function estimating one strategy (at
+    the command's MFU and headroom), the inputs, and the chosen strategy (None: none chosen).
+    ``spec`` and ``gpu`` replace ``--model`` and ``--gpu``. The command line's and the Python
+    API's (``memcalc.api.estimate``) one conversion; needs the command's click context."""
+    inputs = read_inputs(values, (gpu or values["gpu"],), spec=spec)
+    model, setup, profile = inputs.spec, inputs.setup, inputs.profiles[0]
     mfu, headroom = values["mfu"], inputs.headroom
     options = chosen_options(
         values["recompute"],
@@ -58,18 +99,12 @@ def estimate_command(**values: Any) -> None:
         list(values["offload"]),
         values["mfu"],
     )
-    click.echo(
-        render_estimate(
-            # the table's strategies and the chosen one run at the same MFU and headroom
-            lambda o: estimate(spec, setup, profile, replace(o, mfu=mfu, headroom=headroom)),
-            spec.num_layers,
-            setup,
-            options,
-            values["fmt"],
-            values["unit"],
-            hint=plan_hint(values),
-        )
-    )
+
+    def run(o: Options) -> Breakdown:
+        # the table's strategies and the chosen one run at the same MFU and headroom
+        return estimate(model, setup, profile, replace(o, mfu=mfu, headroom=headroom))
+
+    return run, inputs, options
 
 
 def plan_hint(values: dict[str, Any]) -> str:

@@ -39,10 +39,17 @@ def given(name: str) -> bool:
     return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
 
 
-def read_inputs(values: dict[str, Any], gpu_names: tuple[str, ...]) -> Inputs:
+def read_inputs(
+    values: dict[str, Any],
+    gpu_names: tuple[str | GpuProfile, ...],
+    spec: ModelSpec | None = None,
+) -> Inputs:
     """Model, profiles and setup from a command's option values; fallbacks and warnings go to
-    stderr, one line each."""
-    spec = load_model(values["model"])
+    stderr, one line each. ``spec`` (the Python API's ModelSpec) replaces ``--model``; a
+    GpuProfile among ``gpu_names`` is used as it is loaded (``--gpu-memory`` and
+    ``--host-memory`` still apply)."""
+    if spec is None:
+        spec = load_model(values["model"])
     profiles = tuple(_profile(name, values) for name in gpu_names)
     fields = setup_fields(values)
     for fb in fallbacks(
@@ -59,13 +66,14 @@ def read_inputs(values: dict[str, Any], gpu_names: tuple[str, ...]) -> Inputs:
     return Inputs(spec, profiles, setup, headroom_fraction(values.get("headroom")))
 
 
-def _profile(name: str, values: dict[str, Any]) -> GpuProfile:
+def _profile(name: str | GpuProfile, values: dict[str, Any]) -> GpuProfile:
     memory = values.get("gpu_memory")
+    named = isinstance(name, GpuProfile) or given("gpus") or given("gpu")
     with _as_flag("--gpu-memory"):
-        if memory is not None and not given("gpus") and not given("gpu"):
+        if memory is not None and not named:
             profile = adhoc_profile(parse_size(memory, "--gpu-memory"))
         else:
-            profile = load_profile(name)
+            profile = name if isinstance(name, GpuProfile) else load_profile(name)
             if memory is not None:
                 profile = profile.with_memory(parse_size(memory, "--gpu-memory"))
     host = values.get("host_memory")

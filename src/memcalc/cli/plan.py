@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,12 +20,18 @@ from memcalc.cli.common import (
     output_options,
     routing_options,
     setup_options,
+    terminal_width,
+    view_options,
 )
 from memcalc.cli.inputs import read_inputs
 from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_MFU, Options
-from memcalc.profiles import DEFAULT_GPU
+from memcalc.profiles import DEFAULT_GPU, GpuProfile
+from memcalc.spec.model import ModelSpec
 from memcalc.units import parse_count
+
+if TYPE_CHECKING:
+    from memcalc.plan import Maximize, Maximized, PlanRequest, PlanResult
 
 EXAMPLES = """\b
 Examples:
@@ -33,6 +39,7 @@ Examples:
   memcalc plan --model llama-2-7b --gpu rtx-4090-24gb --gpu a100-sxm-80gb --gpu h100-sxm-80gb
   memcalc plan --model llama-3-8b --gpu rtx-4090-24gb --lora-rank 16 --maximize batch
   memcalc plan --model qwen3-32b --gpu h100-sxm-80gb --max-gpus 64 --format json
+  memcalc plan --model llama-2-7b --seq 4096 --max-gpus 8 --wide --plot plan.png
 """
 
 MAX_GPUS = 65536
@@ -89,14 +96,50 @@ MAX_GPUS = 65536
 @click.option("--top", type=int, default=10, show_default=True, help="Rows of the ranked table.")
 @click.option("--why", is_flag=True, help="Say why fewer GPUs do not fit.")
 @output_options
+@view_options
 def plan_command(**values: Any) -> None:
     """The fewest GPUs of each kind that fit, the fastest configuration within --max-gpus and
     a ranked table -- searched over data, tensor, pipeline, context and expert parallelism,
     ZeRO stages, recompute, offload and gradient accumulation."""
-    from memcalc.plan import Maximize, PlanRequest, maximize, plan
     from memcalc.report.plan import render_plan
 
-    inputs = read_inputs(values, tuple(values["gpus"] or (DEFAULT_GPU,)))
+    if values["plot"] is not None:
+        from memcalc.plot import check_path
+
+        check_path(values["plot"])  # before the search: a bad name or a missing extra fails fast
+    request, what = plan_request(values)
+    with _progress() as progress:
+        result, found = run_plan(request, what, progress)
+    click.echo(
+        render_plan(
+            result,
+            found,
+            fmt=values["fmt"],
+            unit=values["unit"],
+            why=values["why"],
+            wide=values["wide"],
+            width=terminal_width(),
+        )
+    )
+    if values["plot"] is not None and not result.rows:
+        click.echo("note: --plot: nothing fits, so there is no configuration to draw", err=True)
+    elif values["plot"] is not None:
+        from memcalc.plot import plot_plan
+
+        click.echo(f"chart: {plot_plan(result, values['plot'], values['unit'])}", err=True)
+
+
+def plan_request(
+    values: dict[str, Any],
+    spec: ModelSpec | None = None,
+    gpus: tuple[str | GpuProfile, ...] = (),
+) -> tuple[PlanRequest, Maximize | None]:
+    """The request the option values make (of ``spec`` and on ``gpus`` when given, else of
+    ``--model`` on ``--gpu``), validated: the command line's and the Python API's
+    (``memcalc.api.plan``) one conversion. Needs the command's click context (``given``)."""
+    from memcalc.plan import Maximize, PlanRequest
+
+    inputs = read_inputs(values, gpus or tuple(values["gpus"] or (DEFAULT_GPU,)), spec=spec)
     spec, setup, profiles = inputs.spec, inputs.setup, inputs.profiles
     max_gpus = _bounded("--max-gpus", values["max_gpus"], 1, MAX_GPUS)
     top = _bounded("--top", values["top"], 1, 1000)
@@ -117,17 +160,25 @@ def plan_command(**values: Any) -> None:
         options=Options(mfu=values["mfu"], headroom=headroom),
         top=top,
     )
-    with _progress() as progress:
-        result = plan(request, progress)
-        found = []
-        if what is not None:
-            for gpu in profiles:
-                m = maximize(request, what, gpu, progress)
-                if m is not None:
-                    found.append(m)
-    click.echo(
-        render_plan(result, found, fmt=values["fmt"], unit=values["unit"], why=values["why"])
-    )
+    return request, what
+
+
+def run_plan(
+    request: PlanRequest,
+    what: Maximize | None,
+    progress: Callable[[float], None] | None = None,
+) -> tuple[PlanResult, list[Maximized]]:
+    """The search, and ``--maximize`` on every GPU kind (those where anything fits)."""
+    from memcalc.plan import maximize, plan
+
+    result = plan(request, progress)
+    found = []
+    if what is not None:
+        for gpu in request.gpus:
+            m = maximize(request, what, gpu, progress)
+            if m is not None:
+                found.append(m)
+    return result, found
 
 
 def _bounded(flag: str, value: int, low: int, high: int) -> int:
@@ -137,7 +188,8 @@ def _bounded(flag: str, value: int, low: int, high: int) -> int:
 
 
 def _global_batch(values: dict[str, Any], seq: int) -> int | None:
-    batch, tokens = values["global_batch"], values["global_tokens"]
+    batch: int | None = values["global_batch"]
+    tokens: str | None = values["global_tokens"]
     if batch is not None and tokens is not None:
         raise MemcalcError("--global-tokens: give --global-batch or --global-tokens, not both")
     if tokens is not None:

@@ -3,6 +3,7 @@ what the search cost -- as a table, JSON (docs/json.md), CSV or markdown."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from memcalc.estimate import Breakdown
@@ -13,6 +14,7 @@ from memcalc.report.records import (
     LAYOUT_FIELDS,
     Format,
     breakdown_record,
+    csv_row,
     fmt_bytes,
     to_csv,
     verdict_text,
@@ -115,7 +117,7 @@ def _closest(kind: KindResult, unit: Unit) -> str:
     )
 
 
-_COLUMNS = (
+WIDE_COLUMNS = (
     "#",
     "GPUs",
     "layout",
@@ -133,33 +135,49 @@ _COLUMNS = (
     "+offload",
     "tok/s/GPU",
 )
+"""``--wide``: every column of the ranked table."""
+NARROW_COLUMNS = (
+    "#",
+    "GPU count",
+    "layout, ZeRO",
+    "batch",
+    "strategy",
+    "peak",
+    "tok/s/GPU",
+)
+"""The default ranked table: the configuration (its layout with the ZeRO stage), its peak
+and what ranks it (the step's time and its parts: ``--wide``)."""
 
 
-def _table_row(i: int, row: Row, fewest: set[int], unit: Unit) -> list[str]:
+def _cells(i: int, row: Row, fewest: set[int], unit: Unit, kinds: int) -> dict[str, str]:
+    """Every column's text; the GPU kind is named only when the plan compares kinds (or with
+    --wide)."""
     b = row.breakdown
     t = b.time
     assert t is not None
     mark = "*" if id(row) in fewest else ""
-    return [
-        f"{i}{mark}",
-        f"{row.gpus} {b.gpu.name}",
-        layout_label(b),
-        str(b.setup.parallel.zero),
-        f"{b.setup.batch}x{b.setup.parallel.microbatches}",
-        _recompute(b),
-        _offload(b),
-        fmt_bytes(b.peak_bytes, unit),
-        fmt_bytes(b.headroom_bytes, unit),
-        fmt_bytes(b.host_bytes_per_node, unit) if b.host_bytes else "-",
-        format_seconds(row.step_seconds),
-        format_seconds(t.recompute_seconds) if t.recompute_seconds else "-",
-        format_seconds(t.bubble_seconds) if t.bubble_seconds else "-",
-        format_seconds(t.communication_seconds) if t.communication_seconds else "-",
-        format_seconds(t.offload_seconds + t.cpu_optimizer_seconds)
-        if t.offload_seconds + t.cpu_optimizer_seconds
-        else "-",
-        f"{row.tokens_per_second_per_gpu:,.0f}",
-    ]
+    offload = t.offload_seconds + t.cpu_optimizer_seconds
+    return {
+        "#": f"{i}{mark}",
+        "GPUs": f"{row.gpus} {b.gpu.name}",
+        "GPU count": f"{row.gpus} {b.gpu.name}" if kinds > 1 else str(row.gpus),
+        "layout": layout_label(b),
+        "ZeRO": str(b.setup.parallel.zero),
+        "layout, ZeRO": f"{layout_label(b)}, ZeRO-{b.setup.parallel.zero}",
+        "batch": f"{b.setup.batch}x{b.setup.parallel.microbatches}",
+        "recompute": _recompute(b),
+        "offload": _offload(b),
+        "strategy": b.strategy,
+        "peak": fmt_bytes(b.peak_bytes, unit),
+        "free": fmt_bytes(b.headroom_bytes, unit),
+        "host/node": fmt_bytes(b.host_bytes_per_node, unit) if b.host_bytes else "-",
+        "step": format_seconds(row.step_seconds),
+        "+recomp": format_seconds(t.recompute_seconds) if t.recompute_seconds else "-",
+        "+bubble": format_seconds(t.bubble_seconds) if t.bubble_seconds else "-",
+        "+comm": format_seconds(t.communication_seconds) if t.communication_seconds else "-",
+        "+offload": format_seconds(offload) if offload else "-",
+        "tok/s/GPU": f"{row.tokens_per_second_per_gpu:,.0f}",
+    }
 
 
 def _why(result: PlanResult, unit: Unit) -> list[str]:
@@ -230,41 +248,81 @@ def render_plan(
     fmt: Format,
     unit: Unit,
     why: bool = False,
+    wide: bool = False,
+    width: int | None = None,
 ) -> str:
-    """The plan in ``fmt``."""
-    from tabulate import tabulate
+    """The plan in ``fmt``: the answer in words, then the ranked table -- a few columns
+    (NARROW_COLUMNS) fitted to ``width``, or every column (``wide``)."""
+    from memcalc.report.estimate import fit_table
 
     rows = result.rows
     if fmt is Format.json:
         return dumps(plan_record(result, maximized))
     if fmt is Format.csv:
-        return to_csv([_flat(row_record(r)) for r in rows]) if rows else "gpu,gpus"
+        return to_csv([_csv(result, r) for r in rows], unit) if rows else "model,gpu,gpus"
+    markdown = fmt is Format.markdown
+    if markdown:
+        width = None
     fewest = {id(k.fewest) for k in result.kinds if k.fewest}
-    table = tabulate(
-        [_table_row(i + 1, r, fewest, unit) for i, r in enumerate(rows)],
-        headers=list(_COLUMNS),
-        tablefmt="github" if fmt is Format.markdown else "simple",
-        disable_numparse=True,
+    columns = WIDE_COLUMNS if wide else NARROW_COLUMNS
+    cells = [_cells(i + 1, r, fewest, unit, len(result.kinds)) for i, r in enumerate(rows)]
+    if markdown:  # a bare * would start emphasis
+        cells = [c | {"#": c["#"].replace("*", "\\*")} for c in cells]
+    headers = [f"{c} ({unit.value})" if c in _MEMORY else _HEADERS.get(c, c) for c in columns]
+    table = fit_table(
+        [[c[k] for k in columns] for c in cells],
+        headers,
+        tablefmt="github" if markdown else "simple",
+        width=None if wide else width,
+        wrap=[columns.index(c) for c in ("strategy", "layout, ZeRO") if c in columns],
     )
-    parts = [*_verdicts(result, maximized, unit), ""]
+
+    def para(text: str) -> str:
+        return textwrap.fill(text, width) if width else text
+
+    verdicts = _verdicts(result, maximized, unit)
+    if markdown:
+        parts = [
+            f"**memcalc plan: {result.request.spec.name}**",
+            "",
+            *[f"- {v}" for v in verdicts],
+            "",
+        ]
+    else:
+        parts = [*map(para, verdicts), ""]
     if rows:
+        star = "\\*" if markdown else "*"
         parts += [
             table,
             "",
-            "* the fewest GPUs of that kind; batch = micro-batch x accumulation; free = GPU "
-            "memory left at the peak; step = the step's time, + its parts beyond compute.",
+            para(
+                f"{star} the fewest GPUs of that kind; batch = micro-batch x accumulation; "
+                + (
+                    "free = GPU memory left at the peak; step = the step's time, + its parts "
+                    "beyond compute."
+                    if wide
+                    else "--wide: every column (free memory, host RAM per node, the step's time "
+                    "and its parts)."
+                )
+            ),
         ]
-    parts += ["", _header(result, unit), _searched(result)]
+    parts += ["", para(_header(result, unit)), "", para(_searched(result))]
     if why:
-        parts += ["", *_why(result, unit)]
+        why_lines = _why(result, unit)
+        parts += ["", *(why_lines if markdown else map(para, why_lines))]
     return "\n".join(parts)
 
 
-def _flat(record: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in record.items() if not isinstance(v, (dict, list))}
-    out |= {f"layout_{k}": v for k, v in record["layout"].items()}
-    out["offload"] = " ".join(record["offload"])
-    return out
+_MEMORY = ("peak", "free", "host/node")
+"""Columns in bytes: their header carries the unit."""
+_HEADERS = {"GPU count": "GPUs"}
+"""Columns whose header is not their name."""
+
+
+def _csv(result: PlanResult, row: Row) -> dict[str, Any]:
+    record = row_record(row)
+    flat = csv_row(record, model=result.request.spec.name)
+    return flat | {f"layout_{k}": v for k, v in record["layout"].items()}
 
 
 def plan_record(result: PlanResult, maximized: list[Maximized]) -> dict[str, Any]:

@@ -43,7 +43,8 @@ class Format(str, Enum):
     json = "json"
     """Stable JSON, bytes as integers (docs/json.md)."""
     csv = "csv"
-    """One row per strategy, bytes as integers."""
+    """One row per strategy (plan: per configuration), with model and GPU columns; bytes as
+    integers, each beside its size in --unit (docs/json.md, CSV)."""
     markdown = "markdown"
     """GitHub-flavoured markdown table."""
 
@@ -161,13 +162,84 @@ def moment_record(m) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     }
 
 
-def to_csv(records: list[dict[str, Any]]) -> str:
+def estimate_record(b: Breakdown) -> dict[str, Any]:
+    """One strategy as ``memcalc estimate --recompute ... --format json`` prints it: the
+    context, the strategy's record and the step's timeline (``Breakdown.to_dict`` in the
+    Python API)."""
+    return {
+        **context_record(b),
+        "strategies": [breakdown_record(b)],
+        "timeline": [moment_record(m) for m in b.timeline.moments()],
+    }
+
+
+def strategies_record(rows: list[Breakdown]) -> dict[str, Any]:
+    """The strategy table as ``memcalc estimate --format json`` prints it."""
+    return {**context_record(rows[0]), "strategies": [breakdown_record(b) for b in rows]}
+
+
+CSV_DECIMALS = 4
+"""Decimals of the unit-converted CSV columns (1e-4 GiB is about 107 kB)."""
+
+
+def csv_row(record: dict[str, Any], **first: Any) -> dict[str, Any]:
+    """A record's CSV columns: ``first`` (e.g. model and gpu), then its scalar fields in
+    order; a list of strings becomes one space-separated field; ``time`` becomes
+    ``time_<part>`` columns and ``added_seconds`` (what ``plan`` ranks by); the other dicts
+    and lists are left out (they are in the JSON)."""
+    out = dict(first)
+    for key, value in record.items():
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out[key] = " ".join(value)
+        elif key == "time" and isinstance(value, dict):
+            out |= {f"time_{k}": v for k, v in value.items()}
+            out["added_seconds"] = value["total_seconds"] - value["compute_seconds"]
+        elif not isinstance(value, (dict, list)):
+            out[key] = value
+    return out
+
+
+BYTE_FIELDS = ("host_memory_per_node", "nvme_capacity_per_node")
+"""Fields in bytes whose name does not say ``_bytes`` (the node's capacities)."""
+
+
+def unit_column(key: str, unit: Unit) -> str | None:
+    """The name of the ``unit`` column beside byte column ``key`` (None: not bytes):
+    ``_bytes`` becomes ``_GiB`` (``peak_bytes`` -> ``peak_GiB``, ``host_bytes_per_node`` ->
+    ``host_GiB_per_node``); a capacity gets it before ``_per_node``.
+
+    >>> unit_column("peak_bytes", Unit.GiB), unit_column("host_memory_per_node", Unit.GB)
+    ('peak_GiB', 'host_memory_GB_per_node')
+    """
+    if "_bytes" in key:
+        return key.replace("_bytes", f"_{unit.value}", 1)
+    if key in BYTE_FIELDS:
+        return key.replace("_per_node", f"_{unit.value}_per_node")
+    return None
+
+
+def to_csv(rows: list[dict[str, Any]], unit: Unit) -> str:
+    """CSV of ``rows`` (``csv_row``'s): bytes stay integers, and each byte column is followed
+    by the same size in ``unit`` (``unit_column``), rounded to CSV_DECIMALS. The columns are
+    the first row's (docs/json.md, CSV)."""
+    fields: list[str] = []
+    converted: dict[str, str] = {}
+    for key in rows[0]:
+        fields.append(key)
+        name = unit_column(key, unit)
+        if name is not None:
+            converted[key] = name
+            fields.append(name)
     out = io.StringIO()
-    fields = [k for k in records[0] if not isinstance(records[0][k], (dict, list))]
     writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for r in records:
-        writer.writerow(r)
+    for r in rows:
+        row = dict(r)
+        for key, name in converted.items():
+            value = r.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                row[name] = round(to_unit(value, unit), CSV_DECIMALS)
+        writer.writerow(row)
     return out.getvalue().rstrip("\n")
 
 
