@@ -87,7 +87,7 @@ def _verdicts(result: PlanResult, maximized: list[Maximized], unit: Unit) -> lis
         name = kind.gpu.display_name
         if kind.fewest is None:
             lines.append(
-                f"{name}: nothing fits on up to {req.max_gpus} GPUs"
+                f"{name}: nothing fits on up to {_gpus(req.max_gpus)}"
                 + (f" (closest: {_closest(kind, unit)})" if kind.closest else "")
                 + f"; try --max-gpus {req.max_gpus * 4} or --why."
             )
@@ -97,7 +97,7 @@ def _verdicts(result: PlanResult, maximized: list[Maximized], unit: Unit) -> lis
     fastest = result.fastest
     if fastest is not None:
         lines.append(
-            f"Fastest within {req.max_gpus} GPUs: {fastest.gpus} x "
+            f"Fastest within {_gpus(req.max_gpus)}: {fastest.gpus} x "
             f"{fastest.breakdown.gpu.display_name} -- {_how(fastest, unit)}."
         )
     for m in maximized:
@@ -379,3 +379,12 @@ def plan_record(result: PlanResult, maximized: list[Maximized]) -> dict[str, Any
         "skipped_by_time_bound": sum(k.tally.skipped for k in result.kinds),
         "search_seconds": result.search_seconds,
     }
+
+
+def _gpus(n: int) -> str:
+    """``n`` GPUs in words.
+
+    >>> _gpus(1), _gpus(64)
+    ('1 GPU', '64 GPUs')
+    """
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
