@@ -333,3 +333,9 @@ def test_plan_finds_what_an_exhaustive_search_finds(
 def test_world_sizes_are_whole_nodes_past_one():
     assert world_sizes(64, 8) == [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
     assert world_sizes(6, 4) == [1, 2, 4]
+
+
+def test_the_verdict_counts_one_gpu_in_the_singular(capsys):
+    assert main(["plan", "--model", "gpt2", "--max-gpus", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Fastest within 1 GPU:" in out and "1 GPUs" not in out
