@@ -78,6 +78,7 @@ def test_selective_walk_rebuilds_the_core_only_for_its_own_backward():
 
 CLOSED_FORM_CASES = [
     ("gemma-3-4b", "sdpa"),  # five sliding-window layers to one full: two block kinds
+    ("gemma-3-4b", "eager"),  # each span's mask held from its first layer up
     ("deepseek-v2-lite", "sdpa"),  # a dense first layer, then MoE blocks
     ("qwen3-30b-a3b", "eager"),
     ("llama-3.2-1b", "eager"),
@@ -95,3 +96,23 @@ def test_closed_form_peak_equals_the_walk_over_every_layer(model, attention, rec
     moments = b.timeline.moments()
     assert b.peak == max(moments, key=lambda m: m.total_bytes)
     assert len(moments) > b.timeline.num_layers
+
+
+def test_a_span_mask_and_rotary_tables_go_with_their_lowest_layer():
+    """Gemma 3 (sliding, full, sliding, full): under full recompute the full-attention mask
+    (b x s x s fp32, 128 KiB at b=2, s=128) and its rotary cos and sin (2 x s x 32 fp32,
+    32 KiB) are kept by the checkpoints of layers 1 and 3 only, so block 0's backward runs
+    without them (measured: tests/test_timeline_measured.py). An every-2 segment holds both
+    spans' keywords until its last layer is through: nothing goes early."""
+    from memcalc.spec.loaders import load_model
+    from memcalc.strategies.recompute import every_k, full
+    from memcalc.timeline import span_inputs_freed
+
+    spec = load_model("tests/data/hf/tiny/gemma3_text.json").replace(max_position_embeddings=4096)
+    setup = TrainingSetup(batch=2, seq=128, precision="fp32", attention="eager")
+    graph = lower(spec, setup, device="cpu")
+    KiB = 1024
+    per_layer = full(graph)
+    assert [span_inputs_freed(graph, per_layer, i) for i in range(4)] == [160 * KiB, 0, 0, 0]
+    pairs = every_k(graph, 2)
+    assert [span_inputs_freed(graph, pairs, i) for i in range(4)] == [0, 0, 0, 0]

@@ -51,6 +51,10 @@ CASES = [
     ("mixtral", "fp32", "eager", "selective", 128),  # MoE backward before the core's rebuild
     ("olmo2", "bf16", "sdpa", "full", 256),  # RMSNorm's pow backward
     ("gpt2", "fp32", "eager", "every-k", 256),
+    # Gemma 3: each span's mask and rotary tables go with its lowest layer's backward; an
+    # every-2 segment runs each of its layers with that layer's own mask
+    ("gemma3_text", "amp-bf16", "eager", "full", 128),
+    ("gemma3_text", "fp32", "sdpa", "every-k", 256),
 ]
 
 
@@ -94,6 +98,6 @@ def test_timeline_peak_matches_a_measured_cpu_step(family, precision, attention,
 @pytest.mark.parametrize("recompute", ["none", "selective", "full", "every-k"])
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "amp-bf16"])
-@pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen3", "olmo2"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen3", "olmo2", "gemma3_text"])
 def test_timeline_peak_grid(family, precision, attention, recompute, seq):
     _compare(family, precision, attention, recompute, seq)

@@ -440,7 +440,10 @@ def step_timeline(
                 P + gathered(numel),
                 on_gpu,
                 OPT,
-                below(i) + checkpoint_held(graph, plan, i) + held,
+                below(i)
+                + checkpoint_held(graph, plan, i)
+                - span_inputs_freed(graph, plan, i)
+                + held,
                 transient + kept_outputs,
                 layer=i,
             )
@@ -468,6 +471,11 @@ def step_timeline(
         candidates = _candidate_layers(plan, layout, walk_at, block_grads, g, before, cap)
         if fsdp and n >= 2:
             candidates.add(n - 2)  # the first backward with a pending reduce-scatter input
+        # a span input is held from its first layer up: the moments are affine on each side
+        for start in _span_starts(graph, plan):
+            for fam in plan.stack.families(affine=cap is None):
+                t = -(-(start - fam.first) // fam.step)  # the first member at or above it
+                candidates |= {fam.at(u) for u in (t - 1, t) if 0 <= u < fam.count}
         return Pass(label, tuple(head), tail, block_moment), candidates
 
     passes: list[tuple[Pass, set[int]]] = [make_pass("", others_first, False, pipeline_first)]
@@ -546,4 +554,36 @@ def checkpoint_held(graph: OpGraph, plan: ActivationPlan, i: int) -> int:
     blk = graph.block(start)
     if blk.input.name not in {st.name for op in blk.ops for st in op.saves}:
         out += blk.input.nbytes
+    return out
+
+
+def _span_starts(graph: OpGraph, plan: ActivationPlan) -> set[int]:
+    """The lowest layer whose backward holds each of ``graph.span_inputs``."""
+    out = set()
+    for span in graph.span_inputs:
+        first = min(graph.layout.index_of_occurrence(k, 0) for k in span.kinds)
+        stack = plan.stack
+        out.add(first - first % stack.k if isinstance(stack, Segments) else first)
+    return out
+
+
+def span_inputs_freed(graph: OpGraph, plan: ActivationPlan, i: int) -> int:
+    """Bytes of ``graph.span_inputs`` gone by layer ``i``'s backward: those whose layers all
+    come after what still holds them. A checkpointed segment's closure keeps every keyword
+    its layers were called with (``torch/utils/checkpoint.py``: the recompute replays the
+    segment's function) until its last node is freed, so the segment's later layers count as
+    not through (measured on Gemma 3, full recompute: block 0's backward runs without the
+    full-attention mask and rotary tables, whose layers 1 and 3 are done)."""
+    if not graph.span_inputs:
+        return 0
+    stack = plan.stack
+    reach = min(i - i % stack.k + stack.k, stack.layout.n) - 1 if isinstance(stack, Segments) else i
+    layout = graph.layout
+    out = 0
+    for span in graph.span_inputs:
+        if span.checkpointed and not stack.extra:
+            continue  # not counted: no checkpoint keeps it
+        first = min(layout.index_of_occurrence(k, 0) for k in span.kinds)
+        if reach < first < layout.n:
+            out += span.nbytes
     return out

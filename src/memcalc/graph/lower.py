@@ -18,7 +18,7 @@ from memcalc.graph.blocks.embedding import embeddings, rotary_tables
 from memcalc.graph.blocks.head import head_and_loss
 from memcalc.graph.blocks.moe import aux_loss
 from memcalc.graph.layout import Layout
-from memcalc.graph.ops import Block, Component, OpGraph, Saved
+from memcalc.graph.ops import Block, Component, OpGraph, Saved, SpanInput
 from memcalc.graph.scope import Dims, FineTune, Scope
 from memcalc.spec.families import family_of
 from memcalc.spec.families.base import Implementation
@@ -259,8 +259,36 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         rows = dims.b if impl.position_ids_batched else 1
         extra += (Saved("position_ids", rows * dims.s, DType.int64),)
 
+    # Two attention spans: each span's mask and rotary tables are read by its layers only
+    # (HF Gemma 2 / 3: causal_mask_mapping[config.layer_types[i]], position_embeddings[...]).
+    span_kinds = {
+        sliding: frozenset(index[k] for k in types if k[0].is_sliding is sliding)
+        for sliding in (False, True)
+    }
+    spans_present = sorted({t.is_sliding for t in present})
+    span_inputs: list[SpanInput] = []
+    if len(spans_present) > 1:
+        if spec.positions is Positions.rotary and impl.rotary_per_span:
+            # rotary_tables: one cos and one sin per span, (1, s, rotary dims)
+            pair = 2 * dims.s * spec.rotary_dim * table.itemsize
+            span_inputs += [SpanInput(span_kinds[sp], pair, False) for sp in spans_present]
+        span_inputs += [
+            SpanInput(span_kinds["sliding" in t.name], t.nbytes, True)
+            for t in extra
+            if t.name.endswith(("_sliding_mask", "_causal_mask"))
+        ]
+
     epi = _scope(setup, ft)
     logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)
     if spec.moe is not None and spec.moe.aux_loss and spec.moe_layers:
         transient += aux_loss(epi, spec, impl, dims)
-    return OpGraph(tuple(pro.ops), tuple(kinds), layout, tuple(epi.ops), extra, logits, transient)
+    return OpGraph(
+        tuple(pro.ops),
+        tuple(kinds),
+        layout,
+        tuple(epi.ops),
+        extra,
+        logits,
+        transient,
+        tuple(span_inputs),
+    )

@@ -244,6 +244,20 @@ class Block:
 
 
 @dataclass(frozen=True)
+class SpanInput:
+    """Bytes made once for the layers of ``kinds`` only (HF Gemma 2 / 3 pass each layer the
+    mask and rotary tables of its own span: ``causal_mask_mapping[config.layer_types[i]]``).
+    Whatever holds them -- the ops of those layers that save them, or the checkpoints whose
+    closures keep their keywords -- lets go once the lowest such layer is through its
+    backward: the layers below it run theirs without these bytes."""
+
+    kinds: frozenset[int]
+    nbytes: int
+    checkpointed: bool
+    """In ``checkpoint_extra_inputs`` (kept by checkpoints only), else in the prologue."""
+
+
+@dataclass(frozen=True)
 class OpGraph:
     """A training step's forward as prologue (embeddings), the decoder stack, epilogue (head +
     loss). The stack holds each distinct block kind once and a ``Layout`` saying which kind
@@ -262,6 +276,9 @@ class OpGraph:
     """The logits tensor (transient: the loss saves its own fp32 copy or nothing)."""
     loss_transient: tuple[Saved, ...] = field(default=())
     """Tensors that exist only around the loss (fp32 copy of logits, their gradients)."""
+    span_inputs: tuple[SpanInput, ...] = field(default=())
+    """Tensors of the prologue or ``checkpoint_extra_inputs`` that only the layers of some
+    kinds read (one attention span's mask or rotary tables, when the model has two spans)."""
 
     @classmethod
     def from_layers(

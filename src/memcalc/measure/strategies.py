@@ -1,7 +1,9 @@
 """Recompute and offload, applied to a real model with torch's own mechanisms.
 
 The decoder blocks are regrouped into ``Segment`` modules (k blocks each) that replace the
-model's block list, in our reference model and in HF models alike:
+model's block list, in our reference model and in HF models alike (for a model whose loop passes
+each layer its own mask -- HF Gemma 2 / 3, ``_Member`` -- the list keeps one entry per block and
+a segment's last entry runs the segment):
 
 * full / every-k: ``torch.utils.checkpoint(use_reentrant=False, preserve_rng_state=True)``
   around each segment (k = 1 for full) -- the block inputs are held, the rest is replayed.
@@ -118,9 +120,21 @@ class Segment(nn.Module):
         self.pin_memory = pin_memory
 
     def forward(self, hidden: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        def run(h: torch.Tensor, *a: Any) -> torch.Tensor:
-            for block in self.blocks:
-                out = block(h, *a, **kwargs)
+        every = (slice(0, len(args)), kwargs)
+        return self.run_calls(hidden, args, [every] * len(self.blocks))
+
+    def run_calls(
+        self,
+        hidden: torch.Tensor,
+        flat: tuple[Any, ...],
+        calls: list[tuple[slice, dict[str, Any]]],
+    ) -> torch.Tensor:
+        """The blocks in turn after the hidden state: block j with ``flat[calls[j][0]]`` as
+        its positional arguments and ``calls[j][1]`` as its keywords."""
+
+        def run(h: torch.Tensor, *positional: Any) -> torch.Tensor:
+            for block, (part, kw) in zip(self.blocks, calls, strict=True):
+                out = block(h, *positional[part], **kw)
                 h = out[0] if isinstance(out, tuple) else out
             return h
 
@@ -131,9 +145,52 @@ class Segment(nn.Module):
         )
         with offload:
             if not self.checkpointed:
-                return run(hidden, *args)
+                return run(hidden, *flat)
             # Positional tensors are what the checkpoint holds (its _NoopSaveInputs).
-            return checkpoint(run, hidden, *args, use_reentrant=False, preserve_rng_state=True)
+            return checkpoint(run, hidden, *flat, use_reentrant=False, preserve_rng_state=True)
+
+
+class _Members:
+    """The k blocks of one checkpointed segment, run by the last one's ``_Member``: what the
+    model's loop passes to each block (its positional arguments and keywords) is collected
+    until then."""
+
+    def __init__(self, segment: Segment) -> None:
+        self.segment = segment
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self.hidden: torch.Tensor | None = None
+
+
+class _Member(nn.Module):
+    """One block of a segment in the model's own block list, for models whose loop passes
+    each layer its own arguments: HF Gemma 2 / Gemma 3 pick the mask and rotary tables of
+    ``config.layer_types[i]`` for the i-th entry (``modeling_gemma3.Gemma3TextModel.forward``),
+    so a list of k-block ``Segment`` modules would give a whole segment the arguments of the
+    segment's index (a full-attention layer the sliding-window mask and the reverse). A member
+    before its segment's last records its call and hands the hidden state on unchanged; the
+    last runs the segment -- under one checkpoint -- with every block's own call."""
+
+    def __init__(self, block: nn.Module, members: _Members, last: bool) -> None:
+        super().__init__()
+        self.block = block
+        self._members = [members]  # a list: not registered as a submodule
+        self.last = last
+
+    def forward(self, hidden: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        group = self._members[0]
+        if group.hidden is None:
+            group.hidden = hidden
+        group.calls.append((args, kwargs))
+        if not self.last:
+            return hidden
+        start, calls = group.hidden, group.calls
+        group.hidden, group.calls = None, []
+        flat: tuple[Any, ...] = ()
+        parts = []
+        for a, kw in calls:
+            parts.append((slice(len(flat), len(flat) + len(a)), kw))
+            flat += a
+        return group.segment.run_calls(start, flat, parts)
 
 
 def _uses_eager(model: nn.Module) -> bool:
@@ -144,6 +201,13 @@ def _uses_eager(model: nn.Module) -> bool:
 def _attention_modules(block: nn.Module) -> list[nn.Module]:
     names = ("attn", "self_attn", "attention")  # GPT-2 / Llama and most HF / GPT-NeoX
     return [getattr(block, n) for n in names if isinstance(getattr(block, n, None), nn.Module)]
+
+
+def _per_layer_arguments(model: nn.Module) -> bool:
+    """Whether the model's loop passes its layers different arguments: an HF config with more
+    than one of ``layer_types`` (each type its own mask and rotary tables)."""
+    cfg = getattr(model, "config", None)
+    return len(set(getattr(cfg, "layer_types", None) or ())) > 1
 
 
 def apply_strategy(
@@ -187,7 +251,16 @@ def apply_strategy(
         )
         for i in range(0, n, k)
     ]
-    setattr(parent, attr, nn.ModuleList(segments))
+    if k > 1 and _per_layer_arguments(model):
+        members = []
+        for seg in segments:
+            group = _Members(seg)
+            members += [
+                _Member(b, group, j == len(seg.blocks) - 1) for j, b in enumerate(seg.blocks)
+            ]
+        setattr(parent, attr, nn.ModuleList(members))
+    else:
+        setattr(parent, attr, nn.ModuleList(segments))
     label = recompute.value if recompute is not Recompute.every_k else f"every-{k}"
     return label + (" + activations=cpu" if offload_activations else "")
 

@@ -28,6 +28,7 @@ from torch import nn
 
 from memcalc.errors import MemcalcError
 from memcalc.measure.build import Impl, layer_list
+from memcalc.measure.strategies import _Member
 from memcalc.spec.model import Family, ModelSpec
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import TrainingSetup
@@ -195,6 +196,9 @@ def fully_sharded(model: nn.Module, par: Parallelism, device: torch.device) -> A
         )
     parent, attr = layer_list(model)
     for block in getattr(parent, attr):
+        # a segment's member (strategies._Member) runs its block only from the segment's last
+        # member: the group goes on the block itself
+        block = block.block if isinstance(block, _Member) else block
         fully_shard(block, mesh=mesh, reshard_after_forward=par.fsdp_reshard)
     # the root keeps torch's default (None: not resharded after forward, since backward needs
     # it first), as torch's documentation recommends
