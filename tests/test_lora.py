@@ -48,6 +48,7 @@ GPT2 = ModelSpec(
 MIXTRAL = load_model("tests/data/hf/tiny/mixtral.json")
 QWEN2_MOE = load_model("tests/data/hf/tiny/qwen2_moe.json")
 QWEN3 = load_model("tests/data/hf/tiny/qwen3.json")
+OLMO2 = load_model("tests/data/hf/tiny/olmo2.json")
 """q_norm / k_norm: on the first layer a frozen k_proj's output needs no grad, so k_norm saves
 nothing there."""
 """MoE: the routed experts are fused nn.Parameters, which LoRA leaves frozen."""
@@ -163,6 +164,7 @@ MEASURED = [
     (MIXTRAL, "bf16", "sdpa", LoraSpec(rank=8), {}, Recompute.none),
     (QWEN2_MOE, "fp32", "eager", LoraSpec(rank=8), {}, Recompute.none),
     (QWEN3, "bf16", "sdpa", LoraSpec(rank=8), {}, Recompute.none),
+    (OLMO2, "fp32", "eager", LoraSpec(rank=8), {}, Recompute.none),
 ]
 
 
@@ -182,6 +184,7 @@ MEASURED = [
         "mixtral-frozen-experts",
         "qwen2-moe-frozen-experts",
         "qwen3-qk-norm",
+        "olmo2-post-norm-first-layer",
     ],
 )
 def test_estimate_equals_the_peft_training_step(spec, precision, attention, lora, extra, recompute):

@@ -31,7 +31,9 @@ def decoder_block(
     enable_input_require_grads), so the norms reading it save nothing for it."""
     T, h = dims.T_rep, dims.h  # the residual stream: split over tp ranks under SP
     names = impl.names
-    x = tensor("block.in", T, h, dims.r)
+    # the first layer of a frozen base: its input needs no grad, so neither does what a frozen
+    # linear makes of it (a post-norm block's k_proj feeds k_norm directly: OLMo 2)
+    x = Saved("block.in", T * h, dims.r, needs_grad=input_grad)
 
     def normed(role: str, t: Saved) -> Saved:
         return norm(
