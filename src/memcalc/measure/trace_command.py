@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 from memcalc.report import Format
 from memcalc.spec.training import Attention, GradDType, OptimizerKind, Precision
@@ -22,54 +23,14 @@ class ImplChoice(str, Enum):
     """Hugging Face transformers (needs transformers installed)."""
 
 
-def run_trace(
-    target: str,
-    *,
-    input_shape: str,
-    gpu: str,
-    precision: Precision,
-    grad_dtype: GradDType | None,
-    optimizer: OptimizerKind,
-    foreach: bool,
-    attention: Attention | None,
-    impl: ImplChoice | None,
-    dropout: float | None,
-    layout: dict[str, object],
-    recompute: Recompute | None,
-    every: int | None,
-    budget: str | None,
-    offload: list[str],
-    mfu: float,
-    fmt: Format,
-    unit: Unit,
-    quiet: bool = False,
-) -> str:
+def run_trace(target: str, *, quiet: bool = False, **options: Any) -> str:
     """The estimate of ``target`` as traced, rendered as ``memcalc estimate`` renders it; a
-    progress bar on stderr (``measure/progress.py``) unless ``quiet``."""
+    progress bar on stderr (``measure/progress.py``) unless ``quiet``. ``options``: the
+    keywords of ``_run_trace``."""
     from memcalc.measure.progress import Progress, mode_of
 
     with Progress("memcalc trace", total=TRACE_PHASES, mode=mode_of(quiet)) as progress:
-        return _run_trace(
-            target,
-            progress,
-            input_shape=input_shape,
-            gpu=gpu,
-            precision=precision,
-            grad_dtype=grad_dtype,
-            optimizer=optimizer,
-            foreach=foreach,
-            attention=attention,
-            impl=impl,
-            dropout=dropout,
-            layout=layout,
-            recompute=recompute,
-            every=every,
-            budget=budget,
-            offload=offload,
-            mfu=mfu,
-            fmt=fmt,
-            unit=unit,
-        )
+        return _run_trace(target, progress, **options)
 
 
 TRACE_PHASES = 6
