@@ -296,9 +296,9 @@ class HfConfig:
 # family's): its presets are built when it is imported, which loads every family.
 
 
-def llama_keys(c: HfConfig, family: Family) -> dict[str, Any]:
-    """The keys every Llama-style config.json names the same way (sizes, activation, tying,
-    attention dropout)."""
+def llama_attention(c: HfConfig, family: Family) -> dict[str, Any]:
+    """The keys every Llama-style config.json names the same way, dense or MoE (sizes but the
+    MLP's, activation, tying, attention dropout)."""
     return {
         "name": c.name(),
         "family": family,
@@ -308,7 +308,6 @@ def llama_keys(c: HfConfig, family: Family) -> dict[str, Any]:
         "num_heads": c.require("num_heads", "num_attention_heads"),
         "num_kv_heads": c.get("num_kv_heads", "num_key_value_heads"),
         "head_dim": c.get("head_dim", "head_dim"),
-        "intermediate_size": c.require("intermediate_size", "intermediate_size"),
         "max_position_embeddings": c.get(
             "max_position_embeddings", "max_position_embeddings", 2048
         ),
@@ -318,12 +317,19 @@ def llama_keys(c: HfConfig, family: Family) -> dict[str, Any]:
     }
 
 
-def llama_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def llama_keys(c: HfConfig, family: Family) -> dict[str, Any]:
+    """``llama_attention`` and the dense MLP's width."""
+    return llama_attention(c, family) | {
+        "intermediate_size": c.require("intermediate_size", "intermediate_size")
+    }
+
+
+def attention_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
+    """The config.json keys of ``llama_attention``."""
+    return {
         "model_type": model_type,
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.mlp_size,
         "num_hidden_layers": spec.num_layers,
         "num_attention_heads": spec.num_heads,
         "num_key_value_heads": spec.kv_heads,
@@ -334,6 +340,10 @@ def llama_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
         "attention_dropout": spec.attention_dropout,
         "use_cache": False,
     }
+
+
+def llama_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
+    out = attention_to_hf(spec, model_type) | {"intermediate_size": spec.mlp_size}
     if model_type == "llama":
         if spec.qkv_bias != spec.out_bias:
             raise MemcalcError(

@@ -28,8 +28,14 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from memcalc.spec.families.base import FamilyDef, HfConfig, Implementation, split_layers
-from memcalc.spec.families.mixtral import attention_dropout_only, attention_to_hf, require
+from memcalc.spec.families.base import (
+    FamilyDef,
+    HfConfig,
+    Implementation,
+    attention_to_hf,
+    split_layers,
+)
+from memcalc.spec.families.mixtral import attention_dropout_only, require
 from memcalc.spec.model import MAX_LAYERS, Family, LayerType, MlaSpec, ModelSpec, MoeSpec, Router
 from memcalc.validate import FieldError
 

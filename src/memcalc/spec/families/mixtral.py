@@ -11,7 +11,13 @@ from functools import cache
 from typing import Any
 
 from memcalc.errors import MemcalcError
-from memcalc.spec.families.base import FamilyDef, HfConfig, Implementation
+from memcalc.spec.families.base import (
+    FamilyDef,
+    HfConfig,
+    Implementation,
+    attention_to_hf,
+    llama_attention,
+)
 from memcalc.spec.model import Family, LayerType, ModelSpec, MoeSpec, QkNorm, Router
 from memcalc.validate import FieldError
 
@@ -26,43 +32,6 @@ def attention_dropout_only(spec: ModelSpec) -> None:
             f"the {spec.family.value} implementation has attention dropout only; "
             "embedding_dropout and residual_dropout must be 0",
         )
-
-
-def llama_attention(c: HfConfig, family: Family) -> dict[str, Any]:
-    """The keys every Llama-style MoE family reads the same way."""
-    return {
-        "name": c.name(),
-        "family": family,
-        "vocab_size": c.require("vocab_size", "vocab_size"),
-        "hidden_size": c.require("hidden_size", "hidden_size"),
-        "num_layers": c.require("num_layers", "num_hidden_layers"),
-        "num_heads": c.require("num_heads", "num_attention_heads"),
-        "num_kv_heads": c.get("num_kv_heads", "num_key_value_heads"),
-        "head_dim": c.get("head_dim", "head_dim"),
-        "max_position_embeddings": c.get(
-            "max_position_embeddings", "max_position_embeddings", 2048
-        ),
-        "activation": c.get("activation", "hidden_act", "silu"),
-        "tie_embeddings": c.get("tie_embeddings", "tie_word_embeddings", False),
-        "attention_dropout": c.get("attention_dropout", "attention_dropout", 0.0),
-    }
-
-
-def attention_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
-    return {
-        "model_type": model_type,
-        "vocab_size": spec.vocab_size,
-        "hidden_size": spec.hidden_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
-        "num_key_value_heads": spec.kv_heads,
-        "head_dim": spec.head_size,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "hidden_act": spec.activation.value,
-        "tie_word_embeddings": spec.tie_embeddings,
-        "attention_dropout": spec.attention_dropout,
-        "use_cache": False,
-    }
 
 
 def require(ok: bool, model_type: str, what: str) -> None:

@@ -27,15 +27,12 @@ from memcalc.spec.families.base import (
     FamilyDef,
     HfConfig,
     Implementation,
+    attention_to_hf,
     layer_types,
+    llama_attention,
     split_layers,
 )
-from memcalc.spec.families.mixtral import (
-    attention_dropout_only,
-    attention_to_hf,
-    llama_attention,
-    require,
-)
+from memcalc.spec.families.mixtral import attention_dropout_only, require
 from memcalc.spec.model import Family, LayerType, ModelSpec, MoeSpec, QkNorm, Router
 
 QWEN2_MOE = Implementation(
