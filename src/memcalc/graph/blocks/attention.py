@@ -226,11 +226,9 @@ def _qk_norm(sc: Scope, spec: ModelSpec, dims: Dims, name: str, x: Saved, heads:
     """Qwen3 / Gemma 3 ``q_norm``/``k_norm`` over each head's d features (rows = T*heads), or
     OLMo 2's over the whole projection (rows = T)."""
     variant = spec.norm if spec.norm is not Norm.layer_norm else Norm.rms_norm
-    # a frozen k_proj on a first layer's input that needs no grad: k needs none, and the
-    # norm saves nothing for it (autograd saves only on a path to a tensor requiring grad)
     if spec.qk_norm is QkNorm.per_head:
-        return rms_norm(sc, name, x, dims.T * heads, dims.d, variant, input_grad=x.needs_grad)
-    return rms_norm(sc, name, x, dims.T, heads * dims.d, variant, input_grad=x.needs_grad)
+        return rms_norm(sc, name, x, dims.T * heads, dims.d, variant)
+    return rms_norm(sc, name, x, dims.T, heads * dims.d, variant)
 
 
 def self_attention(

@@ -45,7 +45,6 @@ def decoder_block(
             spec.norm,
             dims.stat_dtype,
             bias=spec.norm_bias,
-            input_grad=input_grad or t is not x,
         )
 
     def sublayer_out(role: str, comp: Component, t: Saved) -> Saved:

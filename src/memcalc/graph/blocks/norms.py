@@ -34,7 +34,6 @@ def layer_norm(
     stat_dtype: DType,
     *,
     bias: bool = True,
-    input_grad: bool = True,
 ) -> Saved:
     """``aten.native_layer_norm`` saves its input, mean and rstd (one per row: fp32 on CUDA,
     the input dtype on CPU) -- needed for the input's gradient and the weight's alike, so only
@@ -50,14 +49,14 @@ def layer_norm(
     sc.add(
         f"{prefix}.layer_norm",
         NORM,
-        saves if (input_grad or trainable) else [],
+        saves if (x.needs_grad or trainable) else [],
         8 * x.numel,
         "aten.native_layer_norm: saves input, mean, rstd",
         grads=2 * x.nbytes,
         params=2 * width if trainable else 0,  # weight and bias
         weights=weights,
     )
-    return Saved(f"{prefix}.out", x.numel, x.dtype, needs_grad=input_grad or trainable)
+    return Saved(f"{prefix}.out", x.numel, x.dtype, needs_grad=x.needs_grad or trainable)
 
 
 def rms_norm(
@@ -68,7 +67,6 @@ def rms_norm(
     width: int,
     variant: Norm = Norm.rms_norm,
     *,
-    input_grad: bool = True,
     view_of: Saved | None = None,
 ) -> Saved:
     """RMSNorm over the last ``width`` features of ``x`` (``rows`` of them), as HF writes it.
@@ -84,7 +82,8 @@ def rms_norm(
       and the fp32 ``1 + w`` vector (width elements, once per norm call, whatever the tokens).
 
     A frozen weight (LoRA) drops what only its gradient needs (y); an input that needs no
-    grad (the first layer without enable_input_require_grads) drops the rest.
+    grad (``x.needs_grad`` False: on the first layer of a frozen base without
+    enable_input_require_grads) drops the rest.
 
     In the two fp32 weight multiplies, backward holds three fp32 tensors of x's size besides
     the incoming gradient: the gradient of the fp32 product (``ToCopyBackward``), the gradient
@@ -99,7 +98,7 @@ def rms_norm(
     rstd = Saved(f"{prefix}.rstd", rows, DType.fp32)
     g32 = 2 * numel * 4  # fp32 gradient in and out
     trainable, weight = _norm_weights(sc, prefix, width, False)
-    ig = input_grad
+    ig = x.needs_grad
     sc.add(
         f"{prefix}.pow",
         NORM,
@@ -172,9 +171,8 @@ def norm(
     stat_dtype: DType,
     *,
     bias: bool = False,
-    input_grad: bool = True,
 ) -> Saved:
     """The norm ``variant`` over ``x`` (``rows`` x ``width``)."""
     if variant is Norm.layer_norm:
-        return layer_norm(sc, prefix, x, rows, stat_dtype, bias=bias, input_grad=input_grad)
-    return rms_norm(sc, prefix, x, rows, width, variant, input_grad=input_grad)
+        return layer_norm(sc, prefix, x, rows, stat_dtype, bias=bias)
+    return rms_norm(sc, prefix, x, rows, width, variant)
