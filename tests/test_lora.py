@@ -221,3 +221,17 @@ def test_lora_on_moe_leaves_the_experts_frozen():
     a = estimate(spec, TrainingSetup(seq=1024, lora=LoraSpec(rank=16)), GPU)
     b = estimate(spec, TrainingSetup(seq=1024), GPU)
     assert a.gradient_bytes < 10**8 < b.gradient_bytes
+
+
+def test_targets_peft_refuses_are_a_one_line_error(capsys):
+    """PEFT refuses half of a fused pair (DeepSeek-V3's gate_proj without up_proj): the
+    measure says so in one line, exit 2, instead of an internal error."""
+    pytest.importorskip("torch")
+    _peft()
+    from memcalc.cli import main
+
+    argv = ["measure", "--model", "tests/data/hf/tiny/deepseek_v3.json", "--impl", "hf"]
+    argv += ["--batch", "1", "--seq", "8", "--lora-rank", "4", "--lora-targets", "gate_proj"]
+    assert main([*argv, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --lora-targets: PEFT refuses") and "\n" not in err, err

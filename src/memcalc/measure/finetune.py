@@ -52,9 +52,13 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
         modules_to_save=sorted(ft.trained - {"embed_tokens", "lm_head"}) or None,
         bias="none",
     )
-    wrapped = peft.get_peft_model(
-        model, config, autocast_adapter_dtype=lora.adapter_dtype is AdapterDtype.fp32
-    )
+    try:
+        wrapped = peft.get_peft_model(
+            model, config, autocast_adapter_dtype=lora.adapter_dtype is AdapterDtype.fp32
+        )
+    except ValueError as e:  # PEFT refuses the targets (missing, or half of a fused pair)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise MemcalcError(f"--lora-targets: PEFT refuses {targets}: {first}") from None
     if ft.trained & {"embed_tokens", "lm_head"}:
         for name, p in wrapped.named_parameters():
             if any(f"{m}." in name for m in ft.trained & {"embed_tokens", "lm_head"}):
