@@ -127,19 +127,22 @@ def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) 
     T, h, E, k = dims.T, dims.h, moe.num_experts, moe.top_k
     name = impl.names["router"]
     if moe.router_fp32 and sc.autocast is None and dims.p is not DType.fp32:
-        copies = [
-            Saved(f"{name}.in_fp32", T * h, DType.fp32),
-            Saved(f"{name}.weight_fp32", E * h, DType.fp32),
-        ]
+        # the router's weight is an nn.Parameter of its own module (not nn.Linear): frozen
+        # under LoRA, when mm saves the input copy no more (only mat2's gradient needs it)
+        trained = sc.trainable(name)
+        copies = [Saved(f"{name}.in_fp32", T * h, DType.fp32)] if trained else []
+        if x.needs_grad:
+            copies.append(Saved(f"{name}.weight_fp32", E * h, DType.fp32))
         sc.add(
             name,
             MLP,
             copies,
             matmul_flops(T, h, E),
-            "aten.mm(x.float(), W.float()): saves both fp32 copies (DeepSeek routers)",
+            "aten.mm(x.float(), W.float()): saves the fp32 copies whose partner needs a "
+            "gradient (DeepSeek routers)",
             grads=(T * h + T * E) * 4,
-            params=E * h,
-            weights=(ParamTensor(f"{name}.weight", (E, h), "mlp"),),
+            params=E * h if trained else 0,
+            weights=(ParamTensor(f"{name}.weight", (E, h), "mlp", trained, sc.param_dtype(name)),),
         )
         logits = DType.fp32
     else:
