@@ -183,7 +183,7 @@ def upward(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
 def functions() -> list[tuple[int, int, str]]:
     """(lines, parameters, where) of every function and method."""
     out = []
-    for module, path in modules().items():
+    for path in modules().values():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
