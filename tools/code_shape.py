@@ -29,6 +29,8 @@ LAYERS = (
         "memcalc.files",
         "memcalc.resources",
         "memcalc.install_hints",
+        "memcalc.dtypes",
+        "memcalc.periodic",
     ),
     ("memcalc.spec", "memcalc.profiles", "memcalc.frameworks"),
     ("memcalc.graph",),

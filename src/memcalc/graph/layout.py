@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from memcalc.periodic import smallest_period
+
 
 class Values(Protocol):
     """A per-kind value: ``values[kind]``."""
@@ -279,18 +281,7 @@ def _shortest_period(period: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _period_of(seq: tuple[int, ...]) -> int | None:
-    """The smallest p <= MAX_PERIOD with seq[i] == seq[i + p] for all i (KMP failure
-    function: p = len - border), or None."""
-    n = len(seq)
-    if n == 0:
-        return None
-    fail = [0] * n
-    j = 0
-    for i in range(1, n):
-        while j and seq[i] != seq[j]:
-            j = fail[j - 1]
-        if seq[i] == seq[j]:
-            j += 1
-        fail[i] = j
-    p = n - fail[-1]
-    return p if p <= MAX_PERIOD else None
+    """The smallest period of ``seq`` when it is at most MAX_PERIOD (else None; None too for
+    an empty sequence)."""
+    p = smallest_period(seq)
+    return p if 0 < p <= MAX_PERIOD else None
