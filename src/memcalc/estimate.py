@@ -16,7 +16,7 @@ from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
-from memcalc.steptime import StepTime, step_time
+from memcalc.steptime import StepTime, communication_seconds, step_time
 from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
 from memcalc.strategies.offload import OffloadWhat
 from memcalc.strategies.options import DEFAULT_HEADROOM as DEFAULT_HEADROOM
@@ -433,13 +433,15 @@ def estimate_graph(
     if gpu_acts != plan.stored_bytes:
         comp = {k: 0 for k in comp} | {"output": gpu_acts}
     transfers = tuple(step_transfers(par, step_shape(graph, counts, setup, plan), links_of(gpu)))
+    critical, overlapping = communication_seconds(transfers)
     time = step_time(
         micro_batch_compute_seconds=3 * graph.forward_flops / flops_per_s,
         micro_batch_recompute_seconds=plan.extra_forward_flops / flops_per_s,
         microbatches=par.microbatches,
         pp=par.pp,
         vpp=par.vpp,
-        transfers=transfers,
+        critical_communication_seconds=critical,
+        overlapping_communication_seconds=overlapping,
         offload_overlapped_seconds=placed.overlapped_seconds,
         offload_exposed_seconds=placed.exposed_seconds,
         backward_window_seconds=par.microbatches * 2 * graph.forward_flops / flops_per_s,

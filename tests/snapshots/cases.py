@@ -172,7 +172,16 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-TIMING_KEYS = ("search_seconds", "configurations_evaluated")
+TIMING_KEYS = (
+    "search_seconds",
+    "configurations_evaluated",
+    "configurations_estimated",
+    "rejected_by_memory_bound",
+    "skipped_by_time_bound",
+)
+"""How the planner's search ran (wall clock, and what its bounds pruned): not the answer. A
+bound computed in another order of float additions may prune one configuration more or
+less, never change what is found."""
 
 
 def full_digest(data: object) -> str:
