@@ -131,8 +131,20 @@ _CACHE_SIZE = 512
 def lower_cached(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:
     """``lower``, remembered for the setup fields the lowering reads (the planner estimates one
     graph under many data-parallel sizes, ZeRO stages, offloads and pipeline splits)."""
+    key = lowering_key(spec, setup, device)
+    graph = _CACHE.get(key)
+    if graph is None:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.clear()
+        graph = _CACHE[key] = lower(spec, setup, device=device)
+    return graph
+
+
+def lowering_key(spec: ModelSpec, setup: TrainingSetup, device: str) -> tuple[object, ...]:
+    """What ``lower`` reads: two setups with one key lower to the same graph (checked field
+    by field in tests/test_layout.py)."""
     par = setup.parallel
-    key = (
+    return (
         spec,
         setup.batch,
         setup.seq,
@@ -142,6 +154,7 @@ def lower_cached(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda")
         setup.dropout,
         par.tp,
         par.sequence_parallel,
+        par.dtensor_tp,
         par.cp,
         par.ep,
         setup.moe_imbalance,
@@ -152,12 +165,6 @@ def lower_cached(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda")
         setup.embedding_output_requires_grad,
         device,
     )
-    graph = _CACHE.get(key)
-    if graph is None:
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.clear()
-        graph = _CACHE[key] = lower(spec, setup, device=device)
-    return graph
 
 
 def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:
