@@ -31,7 +31,7 @@ from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts
-from memcalc.plan.space import Layout
+from memcalc.plan.space import Candidate
 from memcalc.plan.strategies import OFFLOADS
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
@@ -89,7 +89,7 @@ class StageFacts:
         return min(p.stored_bytes for p in self.plans.values())
 
 
-def layout_setup(base: TrainingSetup, layout: Layout, zero: int = 0) -> TrainingSetup:
+def layout_setup(base: TrainingSetup, layout: Candidate, zero: int = 0) -> TrainingSetup:
     """``base`` run on ``layout`` at ZeRO ``zero``."""
     return base.replace(batch=layout.batch, parallel=layout.parallel.replace(zero=zero))
 
@@ -126,7 +126,7 @@ class Bounds:
         self._transfers: dict[tuple[object, ...], tuple[float, float]] = {}
         self.links = links_of(gpu)
 
-    def facts(self, layout: Layout) -> StageFacts | None:
+    def facts(self, layout: Candidate) -> StageFacts | None:
         """The first stage's facts, or None when the layout cannot run this model (a tp that
         does not divide the heads, more stages than layers)."""
         par = layout.parallel
@@ -144,7 +144,7 @@ class Bounds:
             )
         return self._facts[key]
 
-    def _shared(self, layout: Layout) -> StageFacts | None:
+    def _shared(self, layout: Candidate) -> StageFacts | None:
         """What does not depend on the accumulation or data-parallel size (in_flight unset)."""
         par = layout.parallel
         key = (layout.batch, par.tp, par.cp, par.pp, par.ep)
@@ -152,7 +152,7 @@ class Bounds:
             self._by_split[key] = self._compute(layout)
         return self._by_split[key]
 
-    def _compute(self, layout: Layout) -> StageFacts | None:
+    def _compute(self, layout: Candidate) -> StageFacts | None:
         setup = layout_setup(self.base, layout)
         try:
             graph = lower_cached(self.spec, setup)
@@ -203,7 +203,7 @@ class Bounds:
             )
         return hit
 
-    def communication(self, facts: StageFacts, layout: Layout, zero: int) -> tuple[float, float]:
+    def communication(self, facts: StageFacts, layout: Candidate, zero: int) -> tuple[float, float]:
         """Seconds of the first stage's collectives without recompute: (on the critical path,
         overlapping compute). Recompute only repeats some of them."""
         par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
@@ -215,7 +215,7 @@ class Bounds:
         return hit
 
     def configurations(
-        self, facts: StageFacts, layout: Layout, zeros: tuple[int, ...], choices: list[int]
+        self, facts: StageFacts, layout: Candidate, zeros: tuple[int, ...], choices: list[int]
     ) -> tuple[
         list[tuple[int, int, Recompute, int, float]], int, tuple[int, int, Recompute, int, float]
     ]:
