@@ -24,6 +24,9 @@ from memcalc.units import GB, GIB, Unit, format_bytes
 MODEL_ID_PREFIX = "model-"
 """Generated question ids are ``model-<kind>``; bank ids never start with it."""
 
+MIB, MB = 2**20, 10**6
+"""Bytes in a binary mebibyte and in a decimal megabyte."""
+
 SIZE_TOLERANCE = 0.02
 """``--typed``: a memory size within 2% of the answer is right (the options are 5% apart)."""
 PERCENT_TOLERANCE = 0.03
@@ -93,14 +96,33 @@ def size(scale: Scale, num_bytes: int | float, mistake: str = "", **values: str)
     )
 
 
-def readable_sizes(
-    scale: Scale, candidates: Iterable[tuple[int | float, str, dict[str, str]]]
-) -> list[Choice]:
+Candidate = tuple[int | float, str, dict[str, str]]
+"""A wrong size a kind offers: (bytes, mistake key, values for the mistake's sentence)."""
+
+
+def in_units_of(scale: Scale, candidates: Iterable[Candidate]) -> list[Candidate]:
+    """The candidates with the decimal-for-binary slip in the unit the options print: a GB
+    read as GiB is offered on GiB options, an MB read as MiB on MiB options (KiB and bytes
+    options carry none: kB against KiB is 2.4%, inside the margin)."""
+    out: list[Candidate] = []
+    for b, mistake, values in candidates:
+        if mistake == "gb_as_gib" and scale.unit is not SizeUnit.GiB:
+            if scale.unit is not SizeUnit.MiB:
+                continue
+            true_bytes = b * GB / GIB
+            b = true_bytes * MIB / MB
+            mistake, values = "mb_as_mib", {"mb": f"{true_bytes / MB:,.1f} MB"}
+        out.append((b, mistake, values))
+    return out
+
+
+def readable_sizes(scale: Scale, candidates: Iterable[Candidate]) -> list[Choice]:
     """Size options for (bytes, mistake, values), leaving out sizes that would print with
-    fewer than two significant digits, as zero (``0.00 GiB`` for a few MiB) or as negative."""
+    fewer than two significant digits, as zero (``0.00 GiB`` for a few MiB) or as negative;
+    the decimal-for-binary slip is put in the options' unit (``in_units_of``)."""
     return [
         size(scale, b, m, **v)
-        for b, m, v in candidates
+        for b, m, v in in_units_of(scale, candidates)
         if b > 0 and scale.readable(b) and scale.number(b) != 0
     ]
 
