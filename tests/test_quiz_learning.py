@@ -284,7 +284,7 @@ def test_markdown_study_sheet():
         assert f"- {q['correct']}) " in sheet
     ur = quiz(*ARGS, "--reveal", "--format", "markdown", "--lang", "ur").stdout
     assert ur.startswith('<div dir="rtl" lang="ur">') and ur.rstrip().endswith("</div>")
-    assert "\u200f# " in ur
+    assert "\n# \u200f" in ur and "\u200f# " not in ur  # the mark after the heading's #
 
 
 # --- Ctrl-C and end of input ----------------------------------------------------------------

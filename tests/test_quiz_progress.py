@@ -144,7 +144,7 @@ def test_review_command_asks_what_is_due(tmp_path):
     result = quiz("--review", "--progress", str(path), "--reveal", "--format", "json")
     assert {q["id"] for q in json.loads(result.stdout)["questions"]} == {q["id"] for q in first}
     interactive = quiz("--review", "--progress", str(path), "--count", "1", input="a\n")
-    assert interactive.stdout.startswith("memcalc quiz review: 1 questions due or missed.")
+    assert interactive.stdout.startswith("memcalc quiz review: 1 question due or missed.")
 
 
 def test_review_with_nothing_due(tmp_path):

@@ -37,8 +37,9 @@ NUM_OPTIONS = 4
 LETTERS = "abcd"
 """The letters of the options as shown in English (and in JSON)."""
 
-URDU_LETTERS = "ابجد"
-"""The letters of the options as shown in Urdu: alif, be, jim, dal (the abjad order)."""
+URDU_LETTERS = ("الف", "ب", "ج", "د")
+"""The letters of the options in Urdu: alif, be, jim, dal (the abjad order), written in full
+as Pakistani exam papers label their options: (الف) (ب) (ج) (د)."""
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 """Ids and concept tags: lower-case words joined by hyphens."""

@@ -21,10 +21,11 @@ from memcalc.estimate import MIN_MFU
 from memcalc.profiles import GpuProfile, load_profile
 from memcalc.quiz import export, render
 from memcalc.quiz.bank import Bank, Difficulty, Lang, Question, Topic, load_bank_data
+from memcalc.quiz.bidi import rtl_table, rtl_text
 from memcalc.quiz.draft import KINDS
 from memcalc.quiz.errors import QuizError, error_text
 from memcalc.quiz.generate import kind_of, model_questions, variant_question
-from memcalc.quiz.messages import MESSAGES, TOPIC_NAMES
+from memcalc.quiz.messages import MESSAGES, TOPIC_NAMES, questions_text
 from memcalc.quiz.progress import (
     Progress,
     default_progress_path,
@@ -283,7 +284,11 @@ def _quiz(
     if scripted is not None and len(scripted) != len(asked):
         raise QuizError("answers.count", got=len(scripted), want=len(asked))
     if len(asked) < wanted and not review:
-        click.echo(screen.text(MESSAGES[lang]["note_only"].format(count=len(asked))), err=True)
+        key = "note_only.one" if len(asked) == 1 else "note_only"
+        note = MESSAGES[lang][key].format(
+            count=len(asked), questions=questions_text(len(asked), lang)
+        )
+        click.echo(screen.text(note), err=True)
 
     info = QuizInfo(
         model=spec.name,
@@ -421,7 +426,11 @@ def _nothing_due(progress: Progress, path: Path, lang: Lang) -> str:
     upcoming = next_due(progress)
     if upcoming is not None:
         when, n = upcoming
-        lines.append(words["next_due"].format(when=f"{when:%Y-%m-%d %H:%M} UTC", count=n))
+        lines.append(
+            words["next_due"].format(
+                when=f"{when:%Y-%m-%d %H:%M} UTC", questions=questions_text(n, lang)
+            )
+        )
     return "\n".join(lines)
 
 
@@ -450,4 +459,9 @@ def _stats_text(progress: Progress, path: Path, bank: Bank | None, lang: Lang) -
             ]
         )
     table = tabulate(rows, headers=words["stats_header"].split("|"), disable_numparse=True)
-    return "\n".join([words["stats_title"].format(path=path), table, words["stats_note"]])
+    title, note = words["stats_title"].format(path=path), words["stats_note"]
+    if lang is Lang.ur:
+        # every line a right-to-left paragraph; each cell isolated on its own, so the LoRA
+        # and MoE rows keep the columns in the order of the others
+        return "\n".join([rtl_text(title), rtl_table(table), rtl_text(note)])
+    return "\n".join([title, table, note])

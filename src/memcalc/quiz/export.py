@@ -1,7 +1,8 @@
 """Study sheets as files: ``--reveal --format markdown | html | anki``.
 
 - markdown: one section per question (answer, explanation, why the other options are wrong);
-  Urdu sits in ``<div dir="rtl" lang="ur">`` with its paragraphs marked right-to-left.
+  Urdu sits in ``<div dir="rtl" lang="ur">`` with its lines marked right-to-left after their
+  own syntax (``## `` + RLM, ``- `` + RLM: CommonMark still finds the headings and lists).
 - html: one standalone page; Urdu pages are ``<html lang="ur" dir="rtl">`` and every Latin
   run or number is a ``<bdi dir="ltr">``, so ``16-bit`` never shows as ``bit-16``.
 - anki: a CSV deck Anki imports as it is (File > Import): columns front, back, tags, with
@@ -15,9 +16,16 @@ import html
 import io
 
 from memcalc.quiz.bank import NUM_OPTIONS, Lang
-from memcalc.quiz.bidi import rtl_text, segments
+from memcalc.quiz.bidi import rtl_markdown, segments
 from memcalc.quiz.messages import MESSAGES
-from memcalc.quiz.render import QuizInfo, header, letter, option_line, question_title, why_not
+from memcalc.quiz.render import (
+    QuizInfo,
+    header,
+    option_label,
+    option_line,
+    question_title,
+    why_not,
+)
 from memcalc.quiz.select import Asked
 
 ANKI_HEADERS = ("#separator:comma", "#html:true", "#tags column:3")
@@ -53,7 +61,7 @@ def markdown(asked: list[Asked], info: QuizInfo) -> str:
             out += [""] + [f"- {_md_escape(n)}" for n in notes]
     body = "\n".join(out) + "\n"
     if lang is Lang.ur:
-        return f'<div dir="rtl" lang="ur">\n\n{rtl_text(body)}\n</div>\n'
+        return f'<div dir="rtl" lang="ur">\n\n{rtl_markdown(body)}\n</div>\n'
     return body
 
 
@@ -70,7 +78,7 @@ def _html_text(text: str, lang: Lang) -> str:
 def _html_question(item: Asked, index: int, total: int, lang: Lang) -> str:
     words, text = MESSAGES[lang], item.question.text(lang)
     options = "".join(
-        f'<li><span class="letter">{letter(i, lang)})</span> '
+        f'<li><span class="letter">{option_label(i, lang)}</span> '
         f"{_html_text(item.options(lang)[i], lang)}</li>"
         for i in range(NUM_OPTIONS)
     )

@@ -44,7 +44,7 @@ from memcalc.quiz.figures import (
     nice_scale,
     relative_gap,
 )
-from memcalc.quiz.templates import LABELS, TEMPLATES, strategy_label
+from memcalc.quiz.templates import LABELS, TEMPLATES, strategy_label, strategy_phrase
 from memcalc.spec.training import DType, OptimizerKind
 from memcalc.strategies.recompute import Recompute
 from memcalc.units import format_flops, format_seconds
@@ -1039,6 +1039,7 @@ def cheapest_fit_question(f: ModelFacts) -> Draft:
             body = parts[miss].format(
                 **fill,
                 best=strategy_label(closest.options, lang),
+                best_after=strategy_phrase(closest.options, lang),
                 best_peak=peak_of(closest),
                 host=size_text(host, closest.host_bytes_per_node, lang),
                 host_memory=size_text(host, closest.host_memory_per_node, lang),

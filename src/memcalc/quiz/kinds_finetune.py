@@ -421,7 +421,10 @@ def qlora_largest(f: ModelFacts) -> Draft | None:
             part_label(name, Lang.ur),
             mistake=mistake,
             values={"size": shown[name]},
-            lang_values={lang: {"term": term(name, lang)} for lang in Lang},
+            lang_values={
+                lang: {"term": term(name, lang), "takes": LABELS[lang][f"takes.{name}"]}
+                for lang in Lang
+            },
         )
 
     def words(lang: Lang) -> dict[str, str]:
@@ -441,6 +444,7 @@ def qlora_largest(f: ModelFacts) -> Draft | None:
             "parts": listed,
             "largest": part_label(largest, lang),
             "largest_term": term(largest, lang),
+            "largest_takes": LABELS[lang][f"takes.{largest}"],
             "lesson": tpl[f"lesson.{largest}"],
             "experts_sentence": experts_sentence(f, parts, lang, shown.get("experts", "")),
             "checkpointing_sentence": ckpt,

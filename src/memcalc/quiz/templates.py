@@ -46,6 +46,11 @@ LABELS: dict[Lang, dict[str, str]] = {
         "offload.optimizer.nvme": "optimizer states to NVMe",
         "offload.activations": "activations to CPU",
         "offload.params": "parameters to CPU",
+        "phrase.offload.optimizer": "optimizer states to CPU",
+        "phrase.offload.optimizer.nvme": "optimizer states to NVMe",
+        "phrase.offload.activations": "activations to CPU",
+        "phrase.offload.params": "parameters to CPU",
+        "phrase_join": " + ",
         "strategy_join": " + ",
         "nothing_needed": "Nothing: it already fits",
         "no_strategy": "no recompute or offload",
@@ -89,6 +94,11 @@ LABELS: dict[Lang, dict[str, str]] = {
         "offload.optimizer.nvme": "آپٹیمائزر اسٹیٹس NVMe پر",
         "offload.activations": "ایکٹیویشنز CPU پر",
         "offload.params": "پیرامیٹرز CPU پر",
+        "phrase.offload.optimizer": "آپٹیمائزر اسٹیٹس CPU پر منتقل کرنے",
+        "phrase.offload.optimizer.nvme": "آپٹیمائزر اسٹیٹس NVMe پر منتقل کرنے",
+        "phrase.offload.activations": "ایکٹیویشنز CPU پر منتقل کرنے",
+        "phrase.offload.params": "پیرامیٹرز CPU پر منتقل کرنے",
+        "phrase_join": " اور ",
         "strategy_join": " + ",
         "nothing_needed": "کچھ نہیں: یہ پہلے ہی فٹ ہو جاتا ہے",
         "no_strategy": "بغیر ری کمپیوٹ یا آف لوڈ",
@@ -118,6 +128,20 @@ LABELS: dict[Lang, dict[str, str]] = {
     },
 }
 """Option labels and short words the generators combine."""
+
+
+def strategy_phrase(options: Options, lang: Lang) -> str:
+    """A strategy as a sentence says it was applied before something (Urdu: the oblique
+    infinitive, ``آپٹیمائزر اسٹیٹس CPU پر منتقل کرنے`` + ``کے بعد بھی``); English: the label."""
+    words = LABELS[lang]
+    parts = []
+    if options.recompute is not Recompute.none:
+        parts.append(words[f"recompute.{options.recompute.value}"].format(k=options.every))
+    parts += [
+        words[f"phrase.offload.{o.what.value}" + (".nvme" if o.where.value == "nvme" else "")]
+        for o in options.offload
+    ]
+    return words["phrase_join"].join(parts) if parts else words["no_strategy"]
 
 
 def strategy_label(options: Options, lang: Lang) -> str:
@@ -289,10 +313,10 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "علاوہ کچھ محفوظ نہیں ہوتا۔ ",
                 "pure16": "خالص 16-bit ٹریننگ {weight_dtype} ویٹس کو ہی اپڈیٹ کرتی ہے: fp32 کے "
                 "آدھے بائٹس، مگر فارمیٹ کی پریسیژن سے چھوٹے اپڈیٹس ضائع ہو جاتے ہیں۔ ",
-                "counts": "Megatron-LM کے 18 یہی طریقہ ہے، fp32 گریڈینٹس کے ساتھ؛ ZeRO پیپر کے 16 "
-                "(2 + 2 + 12) میں گریڈینٹس 16-bit ہیں؛ 20 بائٹس 16-bit گریڈینٹس اور ان کی ایک "
-                "fp32 کاپی سے بنتے ہیں (float16 گریڈینٹس کے ساتھ Megatron-LM)؛ ماسٹر ویٹس بھول "
-                "جانے سے 4 کم۔ ",
+                "counts": "Megatron-LM کے 18 بائٹس یہی طریقہ ہیں، fp32 گریڈینٹس کے ساتھ؛ ZeRO "
+                "پیپر کے 16 بائٹس (2 + 2 + 12) میں گریڈینٹس 16-bit ہیں؛ 20 بائٹس 16-bit "
+                "گریڈینٹس اور ان کی ایک fp32 کاپی سے بنتے ہیں (float16 گریڈینٹس کے ساتھ "
+                "Megatron-LM)؛ ماسٹر ویٹس بھول جانے سے 4 کم۔ ",
             },
         ),
     },
@@ -440,7 +464,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             explanation="بیک ورڈ میں ہر سیگمنٹ اپنے شروع کے چیک پوائنٹ سے ایک بار دوبارہ بنتا "
             "ہے، اور پھر اس کے {k} بلاکس کا بیک ورڈ انہی دوبارہ بنے ٹینسرز سے چلتا ہے: ہر بلاک "
             "کا فارورڈ ایک بار مزید چلتا ہے، کل {extra}، یعنی اسٹیپ کا {value}: اتنا ہی جتنا فل "
-            "ری کمپیوٹ ({full_pct})۔ فرق میموری میں ہے: بیک ورڈ کے سب سے بھاری لمحے میں "
+            "ری کمپیوٹ ({full_pct})۔ فرق میموری میں ہے: بیک ورڈ میں میموری کے عروج (پیک) پر "
             "sqrt(N) {sqrt_worst} ایکٹیویشنز رکھتی ہے، فل ری کمپیوٹ {full_worst}، اور ری "
             "کمپیوٹ کے بغیر {none_acts}۔ {memory_sentence}",
             parts={
@@ -468,7 +492,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             prompt="{ctx} کو ہر k = {every} بلاکس پر ایک چیک پوائنٹ کے ساتھ ٹرین کرتے ہوئے "
             "(--recompute every-k --every {every}): فارورڈ {segments} سیگمنٹس کے ان پٹ رکھتا "
             "ہے، اور بیک ورڈ ایک وقت میں {every} بلاکس کا ایک سیگمنٹ دوبارہ بناتا ہے۔ بیک ورڈ "
-            "کے سب سے بھاری لمحے میں کتنی ایکٹیویشن میموری موجود ہوتی ہے؟",
+            "میں میموری کے عروج (پیک) پر کتنی ایکٹیویشن میموری موجود ہوتی ہے؟",
             explanation="فارورڈ جو رکھتا ہے ({segments} چیک پوائنٹس اور بلاکس سے باہر کے "
             "ٹینسرز) اور دوبارہ بنتا سیگمنٹ ({every} بلاکس، ہر ایک {block}، سوائے اس چیک "
             "پوائنٹ ان پٹ کے جو پہلے ہی رکھا ہوا ہے): {sum}۔ بڑا k کم چیک پوائنٹس رکھتا ہے "
@@ -492,9 +516,9 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             prompt="{model} میں N = {layers} بلاکس ہیں۔ ری کمپیوٹ کے بغیر ہر بلاک {block} محفوظ "
             "کرتا ہے، اور اس کا ان پٹ {input} ہے۔ ہر k بلاکس پر چیک پوائنٹ رکھنے سے ceil(N/k) "
             "بلاک ان پٹس رہتے ہیں اور بیک ورڈ میں ایک وقت میں k بلاکس کا ایک سیگمنٹ دوبارہ "
-            "بنتا ہے۔ {ctx} کے لیے کون سا k بیک ورڈ کے سب سے بھاری لمحے میں (رکھی گئی + "
+            "بنتا ہے۔ {ctx} کے لیے کون سا k بیک ورڈ میں میموری کے عروج (پیک) پر (رکھی گئی + "
             "دوبارہ بنی) سب سے کم ایکٹیویشن میموری دیتا ہے؟",
-            explanation="بیک ورڈ کے سب سے بھاری لمحے میں (رکھی گئی + دوبارہ بنی): {lines}۔ "
+            explanation="بیک ورڈ میں میموری کے عروج (پیک) پر (رکھی گئی + دوبارہ بنی): {lines}۔ "
             "کم چیک پوائنٹس بلاک ان پٹس بچاتے ہیں، مگر سیگمنٹ کا ہر اضافی بلاک ایک ساتھ "
             "پورے بلاک کی ایکٹیویشنز لیتا ہے، اس لیے بہترین k تقریباً sqrt(N × input / block) = "
             "sqrt({layers} × {input} / {block}) ≈ {k_star} کے قریب ہوتا ہے، sqrt(N) نہیں: "
@@ -594,12 +618,12 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "others": "اس کے بعد سستے: {items}۔ ",
                 "lesson": "صرف ری کمپیوٹ کافی نہیں: فل ری کمپیوٹ کے ساتھ بھی پیک {full_peak} ہے، "
                 "کیونکہ یہ پیرامیٹرز، گریڈینٹس اور آپٹیمائزر اسٹیٹس کو نہیں چھوتا۔",
-                "none": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے؛ {best} کے ساتھ بھی پیک "
+                "none": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے؛ {best_after} کے بعد بھی پیک "
                 "{best_peak} ہے، جو قابلِ استعمال {usable} سے زیادہ ہے: ان میں سے کوئی طریقہ فٹ "
                 "نہیں ہوتا۔",
-                "none_host": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے؛ {best} GPU پر فٹ ہو "
-                "جاتا ({best_peak}) مگر اسے فی نوڈ {host} ہوسٹ RAM چاہیے، جو نوڈ کی {host_memory} "
-                "سے زیادہ ہے: ان میں سے کوئی طریقہ فٹ نہیں ہوتا۔",
+                "none_host": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے؛ {best_after} کے بعد یہ "
+                "GPU پر فٹ ہو جاتا ({best_peak}) مگر اسے فی نوڈ {host} ہوسٹ RAM چاہیے، جو "
+                "نوڈ کی {host_memory} سے زیادہ ہے: ان میں سے کوئی طریقہ فٹ نہیں ہوتا۔",
                 "advice": "ماڈل اسٹیٹس کو کئی GPUs میں شارڈ کریں (ZeRO/FSDP؛ memcalc plan لے آؤٹس "
                 "تلاش کرتا ہے) یا بڑا GPU لیں؛ مائیکرو بیچ پہلے ہی 1 ہے۔",
                 "advice_batch": "ماڈل اسٹیٹس کو کئی GPUs میں شارڈ کریں (ZeRO/FSDP؛ memcalc plan "
@@ -784,13 +808,13 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "bpp.grads_16bit.counted": "یہ ZeRO پیپر کے 16 بائٹس (2 + 2 + 12) ہیں، جو 16-bit "
         "گریڈینٹس مانتے ہیں؛ یہاں گریڈینٹس {grad_dtype} ({g} بائٹس) ہیں۔",
         "bpp.grads_fp32": "یہ fp32 گریڈینٹس (4 بائٹس) گنتا ہے؛ یہاں گریڈینٹس {grad_dtype} ہیں۔",
-        "bpp.grads_fp32.counted": "یہ fp32 گریڈینٹس گنتا ہے (Megatron-LM کے 18)؛ یہاں گریڈینٹس "
-        "{grad_dtype} ہیں۔",
+        "bpp.grads_fp32.counted": "یہ fp32 گریڈینٹس گنتا ہے (Megatron-LM کے 18 بائٹس)؛ یہاں "
+        "گریڈینٹس {grad_dtype} ہیں۔",
         "bpp.forgot_master": "یہ fp32 ماسٹر ویٹس (فی پیرامیٹر 4 بائٹس) بھول جاتا ہے۔",
         "bpp.grad_copy": "یہ 16-bit گریڈینٹس اور ان کی ایک fp32 کاپی (2 + 4 بائٹس) گنتا ہے؛ یہ "
         "طریقہ ایک ہی {grad_dtype} گریڈینٹ ({g} بائٹس) رکھتا ہے۔",
         "bpp.grad_copy.counted": "یہ 16-bit گریڈینٹس اور ان کی ایک fp32 کاپی (2 + 4 بائٹس: "
-        "float16 گریڈینٹس کے ساتھ Megatron-LM کے 20) گنتا ہے؛ یہ طریقہ ایک ہی {grad_dtype} "
+        "float16 گریڈینٹس کے ساتھ Megatron-LM کے 20 بائٹس) گنتا ہے؛ یہ طریقہ ایک ہی {grad_dtype} "
         "گریڈینٹ ({g} بائٹس) رکھتا ہے۔",
         "bpp.no_master_here": "یہ 4 بائٹس کی ماسٹر کاپی جوڑتا ہے؛ {precision} کوئی نہیں "
         "رکھتا (آپٹیمائزر {weight_dtype} ویٹس کو ہی اپڈیٹ کرتا ہے)۔",
@@ -849,9 +873,9 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "everyk.full": "یہ فل ری کمپیوٹ (k = 1) کا سب سے بھاری لمحہ ہے۔",
         "everyk.none": "یہ ہر محفوظ ٹینسر رکھتا ہے، جیسے ری کمپیوٹ کے بغیر۔",
         "everyk.k1": "k = 1 فل ری کمپیوٹ ہے: ہر بلاک کا ان پٹ رکھا جاتا ہے اور ایک وقت میں "
-        "ایک بلاک دوبارہ بنتا ہے؛ سب سے بھاری لمحے میں {worst}، جو k = {best} ({best_worst}) "
+        "ایک بلاک دوبارہ بنتا ہے؛ میموری کے عروج (پیک) پر {worst}، جو k = {best} ({best_worst}) "
         "سے زیادہ ہے۔",
-        "everyk.worse": "k = {k} کے ساتھ سب سے بھاری لمحے میں {worst} موجود ہوتی ہے، جو "
+        "everyk.worse": "k = {k} کے ساتھ میموری کے عروج (پیک) پر {worst} موجود ہوتی ہے، جو "
         "k = {best} ({best_worst}) سے زیادہ ہے۔",
         "fits.sum_all": "یہ چاروں حصے اور اوورہیڈ ایسے جمع کرتا ہے جیسے سب ایک ساتھ موجود "
         "ہوں؛ پیک اسٹیپ کا سب سے بھاری ایک لمحہ ہے۔",

@@ -240,6 +240,11 @@ LABELS: dict[Lang, dict[str, str]] = {
         "frozen.biases": "biases",
         "frozen.routers": "routers",
         "part_size": "{part} {size}",
+        "takes.base": "take",
+        "takes.experts": "take",
+        "takes.frozen": "take",
+        "takes.adapters": "take",
+        "takes.activations": "take",
         "term.qlora.adapters": "adapters with their gradients and states",
         "term.qlora.activations": "activations",
     },
@@ -259,6 +264,11 @@ LABELS: dict[Lang, dict[str, str]] = {
         "frozen.biases": "بائسز",
         "frozen.routers": "راؤٹرز",
         "part_size": "{part} {size}",
+        "takes.base": "لیتے ہیں",
+        "takes.experts": "لیتے ہیں",
+        "takes.frozen": "لیتے ہیں",
+        "takes.adapters": "لیتے ہیں",
+        "takes.activations": "لیتی ہیں",
         "term.qlora.adapters": "اڈاپٹرز اور ان کی اسٹیٹس",
         "term.qlora.activations": "ایکٹیویشنز",
     },
@@ -303,7 +313,8 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "qlora.single_quant": "That keeps an fp32 absmax per 64 weights (0.5625 bytes per "
         "weight); double quantization stores it in 8 bits.",
         "qlora.as_nf4": "That is NF4 storage (0.5625 bytes per weight), not LLM.int8.",
-        "qlora.smaller": "The {term} take {size}; the {largest_term} take more ({largest_b}).",
+        "qlora.smaller": "The {term} {takes} {size}; the {largest_term} {largest_takes} more "
+        "({largest_b}).",
     },
     Lang.ur: {
         "lora.all_linear": "یہ ہر لینیئر لیئر (all-linear) پر اڈاپٹرز والا حصہ ہے؛ یہاں "
@@ -341,7 +352,7 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "qlora.single_quant": "یہ ہر 64 ویٹس کا fp32 absmax رکھتا ہے (فی ویٹ 0.5625 بائٹ)؛ "
         "ڈبل کوانٹائزیشن اسے 8 بٹس میں رکھتی ہے۔",
         "qlora.as_nf4": "یہ NF4 کا سائز ہے (فی ویٹ 0.5625 بائٹ)، LLM.int8 کا نہیں۔",
-        "qlora.smaller": "{term} {size} لیتے ہیں؛ {largest_term} ان سے زیادہ لیتے ہیں "
+        "qlora.smaller": "{term} {size} {takes}؛ {largest_term} ان سے زیادہ {largest_takes} "
         "({largest_b})۔",
     },
 }
