@@ -19,11 +19,15 @@ from html.parser import HTMLParser
 import pytest
 
 from memcalc.errors import MemcalcError
+from memcalc.profiles import load_profile
 from memcalc.quiz import command as quiz_module
 from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, AnswerUnit, Lang, Numeric, load_bank
 from memcalc.quiz.bidi import strip_marks
 from memcalc.quiz.export import ANKI_HEADERS
+from memcalc.quiz.generate import model_questions
 from memcalc.quiz.typed import accepted, parse_typed
+from memcalc.spec.presets import preset
+from memcalc.spec.training import TrainingSetup
 from quiz_helpers import ROOT, isolated_state, quiz, reveal
 
 pytestmark = pytest.mark.usefixtures(isolated_state.__name__)
@@ -175,6 +179,32 @@ def test_typed_mode_accepts_a_number_within_tolerance_and_shows_the_working():
     assert "That matches a common mistake, 13.48 GiB: That is the size in decimal GB" in out
     assert "6,738,415,616 × 2 bytes = 13,476,831,232 bytes = 12.55 GiB" in out  # the working
     assert "  a) " not in out  # no options to pick from
+
+
+def test_typed_mode_diagnoses_every_known_mistake_not_only_the_options_shown():
+    """Issue 26: a typed number that is a known mistake is named, whether or not its option
+    was among the four: weights + gradients + optimizer states for the weights question."""
+    spec, setup, gpu = preset("llama-2-7b"), TrainingSetup(), load_profile("a100-sxm-80gb")
+    q = next(x for x in model_questions(spec, setup, gpu) if x.id == "model-weights")
+    assert q.numeric is not None and len(q.numeric.mistakes) > 3  # more than the 3 shown
+    shown = {o.split()[0] for o in q.en.options}
+    hidden = next(m for m in q.numeric.mistakes if f"{m.value:,.2f}" not in shown)
+    assert all(m.en.strip() and m.ur.strip() for m in q.numeric.mistakes)
+    args = (*MODEL, "--seed", "4", "--count", "1", "--topic", "parameters", "--typed")
+    typed = f"{hidden.value} {q.numeric.unit.value}"
+    out = quiz(*args, input=f"{typed}\n").stdout
+    assert f"Wrong: you typed {typed}." in out
+    assert f"That matches a common mistake, {hidden.value:g} GiB: {hidden.en}" in out
+    # a number that is no known mistake is not diagnosed
+    assert "common mistake" not in quiz(*args, input="1.5 GiB\n").stdout
+
+
+def test_bank_numeric_questions_list_their_mistakes():
+    for q in load_bank():
+        if q.numeric is not None:
+            assert q.numeric.mistakes, q.id
+            for m in q.numeric.mistakes:
+                assert not accepted(m.value, q.numeric), (q.id, m.value)
 
 
 def test_typed_mode_keeps_letters_for_word_questions():

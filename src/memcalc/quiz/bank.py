@@ -150,6 +150,20 @@ class AnswerUnit(str, Enum):
     """A whole number of things (layers, checkpoints); accepted only exactly."""
 
 
+class NumericMistake(BaseModel):
+    """A number a ``--typed`` learner may type that is a known mistake, and what it means."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: float = Field(description="The mistaken number, in the answer's ``unit``.")
+    en: str = Field(min_length=1, description="The mistake, in English.")
+    ur: str = Field(min_length=1, description="The mistake, in Urdu.")
+
+    def text(self, lang: Lang) -> str:
+        """The mistake in ``lang``."""
+        return self.en if lang is Lang.en else self.ur
+
+
 class Numeric(BaseModel):
     """The number a ``--typed`` learner types instead of picking an option."""
 
@@ -162,6 +176,11 @@ class Numeric(BaseModel):
         ge=0.0,
         le=0.25,
         description="Relative tolerance accepted (0.02 = within 2%); 0 = exactly.",
+    )
+    mistakes: list[NumericMistake] = Field(
+        default_factory=list,
+        description="Optional: numbers that are known mistakes, diagnosed when typed (a "
+        "computed question lists every mistake it knows, the options it did not show too).",
     )
 
 

@@ -16,7 +16,8 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "Seed {seed}.",
         "review_header": "memcalc quiz review: {questions} due or missed. Your model: "
         "{model} (batch {batch}, sequence {seq}, {precision}, {optimizer}, {attention} "
-        "attention) on {gpu}. Seed {seed}.",
+        "attention) on {gpu}; each computed question comes back for the model and setup it "
+        "was asked with. Seed {seed}.",
         "sheet_header": "memcalc quiz study sheet: {questions} with answers. Your model: "
         "{model} (batch {batch}, sequence {seq}, {precision}, {optimizer}, {attention} "
         "attention) on {gpu}. Seed {seed}.",
@@ -77,7 +78,8 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "{seq}، {precision}، {optimizer}، {attention} اٹینشن)، {gpu} پر۔ سیڈ {seed}۔",
         "review_header": "memcalc کوئز دہرائی: {questions} جن کی باری ہے یا جو غلط ہوئے۔ آپ "
         "کا ماڈل: {model} (بیچ {batch}، سیکوئنس {seq}، {precision}، {optimizer}، {attention} "
-        "اٹینشن)، {gpu} پر۔ سیڈ {seed}۔",
+        "اٹینشن)، {gpu} پر؛ ہر حساب شدہ سوال اسی ماڈل اور سیٹ اپ کے لیے دوبارہ آتا ہے جس کے "
+        "لیے پوچھا گیا تھا۔ سیڈ {seed}۔",
         "sheet_header": "memcalc کوئز اسٹڈی شیٹ: {questions} جوابات کے ساتھ۔ آپ کا ماڈل: "
         "{model} (بیچ {batch}، سیکوئنس {seq}، {precision}، {optimizer}، {attention} اٹینشن)، "
         "{gpu} پر۔ سیڈ {seed}۔",

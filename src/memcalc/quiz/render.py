@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, URDU_LETTERS, Lang
+from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, URDU_LETTERS, Lang, Numeric, NumericMistake
 from memcalc.quiz.messages import DIFFICULTY_NAMES, MESSAGES, TOPIC_NAMES, questions_text
 from memcalc.quiz.result import Outcome, Result
 from memcalc.quiz.select import Asked
@@ -150,7 +150,11 @@ def _typed_feedback(outcome: Outcome, lang: Lang) -> list[str]:
     if outcome.is_correct:
         return [words["typed_right"].format(**values)]
     lines = [words["typed_wrong"].format(**values)]
-    if outcome.typed_value is not None:
+    known = _known_mistake(numeric, outcome.typed_value)
+    if known is not None:
+        shown = f"{known.value:g}{unit_word(numeric)}"
+        lines.append(words["typed_mistake"].format(option=shown, mistake=known.text(lang)))
+    elif outcome.typed_value is not None:
         for position in range(NUM_OPTIONS):
             if position == item.correct_position:
                 continue
@@ -164,6 +168,19 @@ def _typed_feedback(outcome: Outcome, lang: Lang) -> list[str]:
                 lines.append(words["typed_mistake"].format(option=option, mistake=mistake))
                 break
     return lines
+
+
+def _known_mistake(numeric: Numeric, typed: float | None) -> NumericMistake | None:
+    """The known mistake (``Numeric.mistakes``) nearest the typed number, within the
+    answer's tolerance of it; None when the number matches none."""
+    if typed is None:
+        return None
+    near = [
+        m
+        for m in numeric.mistakes
+        if abs(m.value - typed) <= max(numeric.tolerance * abs(m.value), 1e-9)
+    ]
+    return min(near, key=lambda m: abs(m.value - typed), default=None)
 
 
 def summary(result: Result, info: QuizInfo, concept_name: ConceptNames) -> str:
