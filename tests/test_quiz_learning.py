@@ -286,9 +286,10 @@ def test_anki_deck_imports_as_csv():
     assert lines[: len(ANKI_HEADERS)] == list(ANKI_HEADERS)
     rows = list(csv.reader(io.StringIO("\n".join(lines[len(ANKI_HEADERS) :]))))
     rows = [r for r in rows if r]
-    assert len(rows) == 5 and all(len(r) == 3 for r in rows)
+    assert len(rows) == 5 and all(len(r) == 4 for r in rows)
     for row, q in zip(rows, data["questions"], strict=True):
-        front, back, tags = row  # Anki fields are HTML
+        guid, front, back, tags = row  # Anki fields are HTML
+        assert guid.startswith(f"memcalc:{q['id']}")
         assert q["prompt"] in html.unescape(front)
         assert all(o in html.unescape(front) for o in q["options"])
         assert q["explanation"] in html.unescape(back)
@@ -301,8 +302,27 @@ def test_anki_deck_imports_as_csv():
         _parse(front)
         _parse(back)
     ur = quiz(*ARGS, "--reveal", "--format", "anki", "--lang", "ur").stdout
-    urdu_rows = [r for r in csv.reader(io.StringIO(ur.split("\n", 3)[3])) if r]
-    assert all(r[0].startswith('<div dir="rtl" lang="ur">') for r in urdu_rows)
+    urdu_rows = [r for r in csv.reader(io.StringIO(ur.split("\n", 4)[4])) if r]
+    assert all(r[1].startswith('<div dir="rtl" lang="ur">') for r in urdu_rows)
+
+
+def _deck(*args: str) -> dict[str, list[str]]:
+    deck = quiz(*args, "--reveal", "--format", "anki").stdout.split("\n", len(ANKI_HEADERS))
+    return {r[0]: r for r in csv.reader(io.StringIO(deck[-1])) if r}
+
+
+def test_anki_cards_keep_their_id_and_front_across_seeds():
+    """Issue 26: re-exporting with another seed updated nothing and duplicated every note;
+    each card now has a stable GUID (Anki's #guid column) and the same front text."""
+    args = ("--model", "llama-2-7b", "--count", "60", "--source", "mixed")
+    one, two = _deck(*args, "--seed", "1"), _deck(*args, "--seed", "2")
+    common = set(one) & set(two)
+    assert len(common) > 10
+    assert all(one[g][1:] == two[g][1:] for g in common)  # same front, back and tags
+    assert len(set(one)) == len(one)  # ids unique within a deck
+    other = _deck("--model", "gpt2", "--count", "60", "--source", "model", "--seed", "1")
+    model_ids = {g for g in one if g.startswith("memcalc:model-")}
+    assert model_ids and not model_ids & set(other)  # another model's numbers: new cards
 
 
 def test_markdown_study_sheet():
