@@ -131,6 +131,21 @@ def fp8_activations(f: ModelFacts) -> Draft | None:
     saving = Sum(((1, before), (-1, value)), before - value)
     scale = choose_scale([value, before, before - value], [saving])
     large = choose_scale([states, bf16.peak_bytes, fp8.peak_bytes])
+    same_peak = size_text(large, bf16.peak_bytes) == size_text(large, fp8.peak_bytes)
+
+    def words(lang: Lang) -> dict[str, str]:
+        tpl = TEMPLATES["fp8-activations"][lang].parts
+        phase = LABELS[lang].get(f"phase.{fp8.peak.phase}", fp8.peak.phase)
+        fill = {
+            "bf16_peak": size_text(large, bf16.peak_bytes, lang),
+            "fp8_peak": size_text(large, fp8.peak_bytes, lang),
+            "phase": phase,
+        }
+        return {
+            "saving": written_sum(scale, lang, saving),
+            "peak_sentence": tpl["peak_same" if same_peak else "peak_lower"].format(**fill),
+        }
+
     candidates: list[tuple[float, str, dict[str, str]]] = [
         (before / 2, "fp8.all_halved", {}),
         (before, "fp8.unchanged", {}),
@@ -146,7 +161,7 @@ def fp8_activations(f: ModelFacts) -> Draft | None:
             "bf16_peak": size_text(large, bf16.peak_bytes),
             "fp8_peak": size_text(large, fp8.peak_bytes),
         },
-        lang_values=both(lambda lang: {"saving": written_sum(scale, lang, saving)}),
+        lang_values=both(words),
         numeric=numeric_size(scale, value),
     )
 

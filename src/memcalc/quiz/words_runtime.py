@@ -58,8 +58,12 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "attention's output and statistics, the activation function's inputs, the loss's "
             "logits) keep their bf16 or fp32 dtype: {saving} saved, not half. The weights stay "
             "bf16 with an fp32 master copy and the gradients keep their dtype, so the model "
-            "states are the same {states}, and the step's peak goes from {bf16_peak} to "
-            "{fp8_peak}.",
+            "states are the same {states}; {peak_sentence}",
+            parts={
+                "peak_lower": "the step's peak goes from {bf16_peak} to {fp8_peak}.",
+                "peak_same": "the step's peak stays {bf16_peak}: the {phase} phase sets it, "
+                "not the saved activations.",
+            },
         ),
         Lang.ur: Template(
             prompt="ری کمپیوٹ کے بغیر، bf16-mixed میں {model} (بیچ {batch}، سیکوئنس {seq}، "
@@ -70,8 +74,13 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "ہے، 2 کی جگہ 1 بائٹ؛ باقی محفوظ ٹینسرز (نارمز کے ان پٹ، اٹینشن کا آؤٹ پٹ اور اس کے "
             "اعداد و شمار، ایکٹیویشن فنکشن کے ان پٹ، لاس کے لاجٹس) اپنے bf16 یا fp32 dtype میں "
             "رہتے ہیں: بچت {saving}، آدھی نہیں۔ ویٹس fp32 ماسٹر کاپی کے ساتھ bf16 میں رہتے ہیں "
-            "اور گریڈینٹس کا dtype نہیں بدلتا، اس لیے ماڈل اسٹیٹس وہی {states} رہتی ہیں، اور "
-            "اسٹیپ کی پیک {bf16_peak} سے {fp8_peak} ہو جاتی ہے۔",
+            "اور گریڈینٹس کا dtype نہیں بدلتا، اس لیے ماڈل اسٹیٹس وہی {states} رہتی ہیں؛ "
+            "{peak_sentence}",
+            parts={
+                "peak_lower": "اسٹیپ کی پیک {bf16_peak} سے {fp8_peak} ہو جاتی ہے۔",
+                "peak_same": "اسٹیپ کی پیک {bf16_peak} ہی رہتی ہے: اسے {phase} مرحلہ طے کرتا ہے، "
+                "محفوظ ایکٹیویشنز نہیں۔",
+            },
         ),
     },
     "grad-accumulation": {
