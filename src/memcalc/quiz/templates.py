@@ -640,8 +640,6 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         # slips any size, count or percentage can carry
         "gb_as_gib": "That is the size in decimal GB ({gb}) written as GiB: divide by 2^30, "
         "not 10^9.",
-        "mb_as_mib": "That is the size in decimal MB ({mb}) written as MiB: divide by 2^20, "
-        "not 10^6.",
         "double": "That is twice the right figure: a factor of 2 crept in (two bytes where "
         "there is one, or something counted twice).",
         "half": "That is half the right figure: a factor of 2 went missing (one byte where "
@@ -778,8 +776,6 @@ MISTAKES: dict[Lang, dict[str, str]] = {
     },
     Lang.ur: {
         "gb_as_gib": "یہ ڈیسیمل GB ({gb}) والا عدد ہے جسے GiB لکھ دیا گیا: 10^9 نہیں، 2^30 "
-        "سے تقسیم کریں۔",
-        "mb_as_mib": "یہ ڈیسیمل MB ({mb}) والا عدد ہے جسے MiB لکھ دیا گیا: 10^6 نہیں، 2^20 "
         "سے تقسیم کریں۔",
         "double": "یہ درست عدد کا دو گنا ہے: کہیں 2 کا ضرب آ گیا (ایک بائٹ کی جگہ دو، یا "
         "کوئی چیز دو بار گنی گئی)۔",
