@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from memcalc.cli.common import EnumChoice
+from memcalc.cli.common import OUTPUT
+from memcalc.cli.options import option
 from memcalc.params import count_params
 from memcalc.profiles import list_profiles, load_profile
 from memcalc.spec.presets import PRESETS
@@ -33,7 +34,7 @@ def models_app() -> None:
 
 
 @profiles_app.command("list", epilog=PROFILES_EXAMPLES)
-@click.option("--unit", type=EnumChoice(Unit), default=Unit.GiB.value, help="Memory unit.")
+@option(OUTPUT[1])
 def profiles_list(unit: Unit) -> None:
     """List the built-in GPU profiles."""
     from tabulate import tabulate

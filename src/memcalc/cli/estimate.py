@@ -17,17 +17,16 @@ from memcalc.cli.common import (
     model_option,
     output_options,
     routing_options,
+    say,
     setup_options,
     strategy_options,
     terminal_width,
     view_options,
 )
-from memcalc.cli.inputs import Inputs, read_inputs
+from memcalc.cli.options import given_names
 from memcalc.estimate import Breakdown, Options, estimate
-from memcalc.profiles import GpuProfile
+from memcalc.inputs import Inputs, estimate_options, read_inputs
 from memcalc.report.estimate import render_breakdowns, strategy_rows
-from memcalc.spec.model import ModelSpec
-from memcalc.strategies.selection import chosen_options
 
 EXAMPLES = """\b
 Examples:
@@ -60,7 +59,10 @@ def estimate_command(**values: Any) -> None:
         from memcalc.plot import check_path
 
         check_path(plot)  # before the estimate: a bad name or a missing extra fails fast
-    run, inputs, options = estimate_inputs(values)
+    inputs = read_inputs(values, given_names(), (values["gpu"],))
+    say(inputs.said)
+    options = estimate_options(values)
+    run = strategy_runner(inputs, values["mfu"])
     rows = strategy_rows(run, inputs.spec.num_layers, inputs.setup, options, inputs.profiles[0])
     click.echo(
         render_breakdowns(
@@ -80,31 +82,17 @@ def estimate_command(**values: Any) -> None:
         click.echo(f"chart: {path}", err=True)
 
 
-def estimate_inputs(
-    values: dict[str, Any],
-    spec: ModelSpec | None = None,
-    gpu: str | GpuProfile | None = None,
-) -> tuple[Callable[[Options], Breakdown], Inputs, Options | None]:
-    """What the option values ask for, validated: a function estimating one strategy (at
-    the command's MFU and headroom), the inputs, and the chosen strategy (None: none chosen).
-    ``spec`` and ``gpu`` replace ``--model`` and ``--gpu``. The command line's and the Python
-    API's (``memcalc.api.estimate``) one conversion; needs the command's click context."""
-    inputs = read_inputs(values, (gpu or values["gpu"],), spec=spec)
-    model, setup, profile = inputs.spec, inputs.setup, inputs.profiles[0]
-    mfu, headroom = values["mfu"], inputs.headroom
-    options = chosen_options(
-        values["recompute"],
-        values["every"],
-        values["budget"],
-        list(values["offload"]),
-        values["mfu"],
-    )
+def strategy_runner(inputs: Inputs, mfu: float) -> Callable[[Options], Breakdown]:
+    """A function estimating one strategy of ``inputs`` at the command's MFU and headroom
+    (the table's strategies and the chosen one run at the same)."""
 
     def run(o: Options) -> Breakdown:
-        # the table's strategies and the chosen one run at the same MFU and headroom
-        return estimate(model, setup, profile, replace(o, mfu=mfu, headroom=headroom))
+        profile = inputs.profiles[0]
+        return estimate(
+            inputs.spec, inputs.setup, profile, replace(o, mfu=mfu, headroom=inputs.headroom)
+        )
 
-    return run, inputs, options
+    return run
 
 
 def plan_hint(values: dict[str, Any]) -> str:
