@@ -89,7 +89,7 @@ def _sizes(c: HfConfig, family: Family, defaults: Mapping[str, Any]) -> dict[str
             return c.get(field, key, defaults[key])
         return c.require(field, key)
 
-    if c.get("use_bidirectional_attention", "use_bidirectional_attention", False) is True:
+    if c.flag("use_bidirectional_attention", "use_bidirectional_attention"):
         raise c.refuse("use_bidirectional_attention", True, "memcalc models causal language models")
     return {
         "name": c.name(),

@@ -50,7 +50,7 @@ def qwen2_from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:
     ``max_window_layers`` on attend within ``sliding_window`` (``Qwen2Config.__init__``)."""
     c = HfConfig(cfg, source)
     fields = llama_keys(c, Family.qwen2) | {"qkv_bias": True}
-    if c.get("use_sliding_window", "use_sliding_window", False) is True:
+    if c.flag("use_sliding_window", "use_sliding_window"):
         window = c.require("sliding_window", "sliding_window")
         first = c.get("first_layers", "max_window_layers", 0)
         if not isinstance(first, int) or isinstance(first, bool) or first < 0:

@@ -41,8 +41,8 @@ def qwen_sliding_layers(c: HfConfig, num_layers: Any) -> dict[str, Any]:
     (otherwise HF sets ``sliding_window = None`` and every layer attends fully)."""
     if not isinstance(num_layers, int) or isinstance(num_layers, bool):
         return {}  # the spec names the bad num_hidden_layers
-    use = c.get("sliding_window", "use_sliding_window", False)
-    window = c.get("sliding_window", "sliding_window", SLIDING_WINDOW) if use is True else None
+    use = c.flag("sliding_window", "use_sliding_window")
+    window = c.get("sliding_window", "sliding_window", SLIDING_WINDOW) if use else None
     types = c.layer_types(num_layers)
     if window is None:
         if types is not None and LayerType.sliding in types:
