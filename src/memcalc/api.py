@@ -98,7 +98,7 @@ def estimate(
     from memcalc.cli.estimate import estimate_command, estimate_inputs
 
     if "gpus" in options:  # --gpus is --dp's other name
-        options["dp"] = options.pop("gpus")
+        options["dp_gpus"] = options.pop("gpus")
     given = {"model": model, "gpu": gpu, "seq": seq, "batch": batch, "recompute": recompute}
     ctx = _parse(estimate_command, "estimate", {**given, "offload": offload, **options})
     with ctx:  # the command's context: which options were given (cli.inputs.given)

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_MFU, MIN_MFU
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
@@ -95,6 +96,30 @@ class FilePath(click.ParamType):  # type: ignore[type-arg]
         return Path(text)
 
 
+class TokenCount(click.ParamType):  # type: ignore[type-arg]
+    """A sequence length: a whole number, or with ``k`` / ``M`` as people write context
+    lengths (``4k`` = 4,096, ``128k`` = 131,072, ``1M`` = 1,048,576: powers of two)."""
+
+    name = "tokens"
+    SUFFIXES = {"": 1, "k": 2**10, "ki": 2**10, "m": 2**20, "mi": 2**20}
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value).strip().lower().replace("_", "").replace(",", "")
+        sign = -1 if text.startswith("-") else 1  # a negative length: the setup's bound says
+        text = text.lstrip("+-") if text[:1] in "+-" and len(text) > 1 else text
+        digits = text.rstrip("kmi")
+        scale = self.SUFFIXES.get(text[len(digits) :])
+        if scale is None or not digits.isascii() or not digits.isdigit() or len(digits) > 4000:
+            self.fail(
+                f"{str(value)[:40]!r} is not a whole number of tokens (e.g. 4096 or 4k)",
+                param,
+                ctx,
+            )
+        return sign * int(digits) * scale
+
+
 MFU = Number(MIN_MFU, 1.0)
 """--mfu: a fraction of peak FLOP/s; below MIN_MFU a step's time is meaningless."""
 RATE = Number(0.0, 1.0, high_open=True)
@@ -122,6 +147,12 @@ def model_option(default: str = DEFAULT_MODEL) -> Callable[[F], F]:
         "config.json.",
     )
 
+
+revision_option = click.option(
+    "--revision",
+    default=None,
+    help="With a hub id as --model: the branch, tag or commit whose config.json to read.",
+)
 
 gpu_option = click.option(
     "--gpu",
@@ -160,7 +191,12 @@ setup_options = options(
         help="Micro-batch size (sequences).",
     ),
     click.option(
-        "--seq", "-s", type=int, default=1024, show_default=True, help="Sequence length (tokens)."
+        "--seq",
+        "-s",
+        type=TokenCount(),
+        default=1024,
+        show_default=True,
+        help="Sequence length (tokens; 4k = 4096).",
     ),
     click.option(
         "--precision",
@@ -230,9 +266,8 @@ routing_options = options(
 )
 
 layout_options = options(
-    click.option(
-        "--dp", "--gpus", "dp", type=int, default=1, show_default=True, help="Data-parallel GPUs."
-    ),
+    click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel GPUs."),
+    click.option("--gpus", "dp_gpus", type=int, default=None, help="The same as --dp."),
     click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel GPUs."),
     click.option("--pp", type=int, default=1, show_default=True, help="Pipeline stages (1F1B)."),
     click.option("--cp", type=int, default=1, show_default=True, help="Context-parallel GPUs."),
@@ -427,6 +462,7 @@ SETUP_KEYS = (
 )
 LAYOUT_KEYS = (
     "dp",
+    "dp_gpus",
     "tp",
     "pp",
     "cp",
@@ -444,6 +480,12 @@ LAYOUT_KEYS = (
 def layout_fields(values: dict[str, Any]) -> dict[str, Any]:
     """The parallel-layout fields of a command's option values."""
     fields = {k: values[k] for k in LAYOUT_KEYS if k in values}
+    gpus = fields.pop("dp_gpus", None)
+    if gpus is not None:  # --gpus: named so in its errors (spec.loaders.training_setup)
+        if gpus != values["dp"] and values["dp"] != 1:
+            raise MemcalcError("--gpus: the same as --dp; give one of them")
+        fields["gpus"] = gpus
+        del fields["dp"]
     if "fsdp_reshard" in values:
         fields["fsdp_reshard"] = values["fsdp_reshard"].lower() == "true"
     return fields

@@ -16,6 +16,7 @@ from memcalc.cli.common import (
     layout_options,
     model_option,
     output_options,
+    revision_option,
     routing_options,
     setup_options,
     strategy_options,
@@ -42,6 +43,7 @@ Examples:
 
 @click.command("estimate", epilog=EXAMPLES)
 @model_option()
+@revision_option
 @gpu_option
 @gpu_memory_option
 @setup_options
@@ -73,6 +75,11 @@ def estimate_command(**values: Any) -> None:
             width=terminal_width(),
         )
     )
+    from memcalc.advice import loss_advice  # a fused loss that would lower the peak a lot
+
+    advice = loss_advice(inputs.spec, inputs.setup, inputs.profiles[0], rows, values["unit"])
+    if advice is not None:
+        click.echo(f"note: {advice}", err=True)
     if plot is not None:
         from memcalc.plot import plot_estimate
 

@@ -49,7 +49,7 @@ def read_inputs(
     GpuProfile among ``gpu_names`` is used as it is loaded (``--gpu-memory`` and
     ``--host-memory`` still apply)."""
     if spec is None:
-        spec = load_model(values["model"])
+        spec = load_model(values["model"], values.get("revision"))
     profiles = tuple(_profile(name, values) for name in gpu_names)
     fields = setup_fields(values)
     for fb in fallbacks(

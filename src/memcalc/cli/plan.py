@@ -18,6 +18,7 @@ from memcalc.cli.common import (
     gpu_memory_option,
     model_option,
     output_options,
+    revision_option,
     routing_options,
     setup_options,
     terminal_width,
@@ -48,6 +49,7 @@ MAX_GPUS = 65536
 
 @click.command("plan", epilog=EXAMPLES)
 @model_option()
+@revision_option
 @click.option(
     "--gpu",
     "gpus",

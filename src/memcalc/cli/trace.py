@@ -15,6 +15,7 @@ from memcalc.cli.common import (
     layout_options,
     output_options,
     strategy_options,
+    terminal_width,
 )
 from memcalc.errors import MemcalcError
 from memcalc.install_hints import torch_missing
@@ -119,6 +120,7 @@ def trace_command(**values: Any) -> None:
             fmt=values["fmt"],
             unit=values["unit"],
             quiet=values["quiet"],
+            width=terminal_width(),
         )
     except KeyboardInterrupt as e:
         click.echo(interrupted("trace", getattr(e, "phase", "")), err=True)

@@ -63,8 +63,11 @@ def spec_from_hf_config(cfg: Mapping[str, Any], source: str = "config.json") -> 
     model_type = cfg.get("model_type")
     types = hf_model_types()
     text = cfg.get("text_config")
-    if model_type not in types and isinstance(text, Mapping) and text.get("model_type") in types:
+    known = isinstance(model_type, str) and model_type in types
+    text_type = text.get("model_type") if isinstance(text, Mapping) else None
+    if not known and isinstance(text_type, str) and text_type in types:
         # a vision-language checkpoint (gemma3, mistral3, ...): its language model
+        assert isinstance(text, Mapping)
         return spec_from_hf_config({"_name_or_path": cfg.get("_name_or_path"), **text}, source)
     if not isinstance(model_type, str) or model_type not in types:
         raise MemcalcError(
