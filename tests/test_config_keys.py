@@ -161,3 +161,25 @@ def test_a_vision_language_config_reads_its_language_model():
     text = text.get("text_config", text)
     nested = {"model_type": "gemma3", "text_config": text, "vision_config": {"hidden_size": 1}}
     assert _same(spec_from_hf_config(nested, "config.json"), PRESETS["gemma-3-4b"])
+
+
+@pytest.mark.hf
+def test_llama_31_config_with_llama3_rope_scaling_reads_as_the_preset(tmp_path):
+    """meta-llama/Llama-3.1-8B's config.json: rope_scaling of rope_type llama3 (factor 8 over
+    8192 original positions) changes the rotary frequencies only, so it reads as the preset."""
+    transformers = pytest.importorskip("transformers")
+    cfg = dict(hf_config_dict(PRESETS["llama-3.1-8b"]))
+    del cfg["model_type"]
+    rope = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_theta": 500000.0,
+    }
+    path = tmp_path / "config.json"
+    transformers.LlamaConfig(**cfg, rope_parameters=rope).to_json_file(str(path))
+    written = json.loads(path.read_text())
+    assert "llama3" in json.dumps(written)
+    assert _same(spec_from_hf_config(written, str(path)), PRESETS["llama-3.1-8b"])

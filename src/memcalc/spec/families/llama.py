@@ -99,4 +99,18 @@ PRESETS = (
         intermediate_size=14336,
         max_position_embeddings=1024000,
     ),
+    # mistralai/Mistral-Small-24B-Base-2501 (Mistral Small 3): head_dim 128 with 32 heads
+    # (4096 != hidden 5120), no sliding window, 32768 positions
+    ModelSpec(
+        name="mistral-small-24b",
+        family=Family.mistral,
+        vocab_size=131072,
+        hidden_size=5120,
+        num_layers=40,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=32768,
+        max_position_embeddings=32768,
+    ),
 )

@@ -103,9 +103,13 @@ FAMILIES = (
 )
 
 
-def _qwen3(name: str, hidden: int, layers: int, heads: int, intermediate: int) -> ModelSpec:
-    # Qwen/Qwen3-*: vocab 151936, 8 kv heads of 128, untied, 40960 positions, no sliding window
+def _qwen3(
+    name: str, hidden: int, layers: int, heads: int, intermediate: int, *, tied: bool = False
+) -> ModelSpec:
+    # Qwen/Qwen3-*: vocab 151936, 8 kv heads of 128, 40960 positions, no sliding window; the
+    # models up to 4B tie their embeddings
     return ModelSpec(
+        tie_embeddings=tied,
         name=name,
         family=Family.qwen3,
         vocab_size=151936,
@@ -120,6 +124,10 @@ def _qwen3(name: str, hidden: int, layers: int, heads: int, intermediate: int) -
 
 
 PRESETS = (
+    _qwen3("qwen3-0.6b", 1024, 28, 16, 3072, tied=True),
+    _qwen3("qwen3-1.7b", 2048, 28, 16, 6144, tied=True),
+    _qwen3("qwen3-4b", 2560, 36, 32, 9728, tied=True),
     _qwen3("qwen3-8b", 4096, 36, 32, 12288),
+    _qwen3("qwen3-14b", 5120, 40, 40, 17408),
     _qwen3("qwen3-32b", 5120, 64, 64, 25600),
 )

@@ -277,6 +277,22 @@ def presets() -> tuple[ModelSpec, ...]:
             layer_pattern=(LayerType.full_moe,),
             moe=MoeSpec(num_experts=128, top_k=8, expert_size=768, norm_topk_prob=True),
         ),
+        # Qwen/Qwen3-235B-A22B config.json: 235.1B parameters, 22B active (8 of 128 experts);
+        # every layer an MoE layer.
+        ModelSpec(
+            name="qwen3-235b-a22b",
+            family=Family.qwen3_moe,
+            vocab_size=151936,
+            hidden_size=4096,
+            num_layers=94,
+            num_heads=64,
+            num_kv_heads=4,
+            head_dim=128,
+            intermediate_size=12288,
+            max_position_embeddings=40960,
+            layer_pattern=(LayerType.full_moe,),
+            moe=MoeSpec(num_experts=128, top_k=8, expert_size=1536, norm_topk_prob=True),
+        ),
         # Qwen/Qwen1.5-MoE-A2.7B config.json (tests/data/hf/qwen1.5-moe-a2.7b.json): 14.3B
         # parameters, 2.7B active (4 of 60 experts + the gated shared expert).
         ModelSpec(
