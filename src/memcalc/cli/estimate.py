@@ -23,6 +23,7 @@ from memcalc.cli.common import (
     terminal_width,
     view_options,
 )
+from memcalc.cli.configs import config_option, with_configs
 from memcalc.cli.inputs import Inputs, read_inputs
 from memcalc.estimate import Breakdown, Options, estimate
 from memcalc.profiles import GpuProfile
@@ -44,6 +45,7 @@ Examples:
 @click.command("estimate", epilog=EXAMPLES)
 @model_option()
 @revision_option
+@config_option
 @gpu_option
 @gpu_memory_option
 @setup_options
@@ -96,6 +98,7 @@ def estimate_inputs(
     the command's MFU and headroom), the inputs, and the chosen strategy (None: none chosen).
     ``spec`` and ``gpu`` replace ``--model`` and ``--gpu``. The command line's and the Python
     API's (``memcalc.api.estimate``) one conversion; needs the command's click context."""
+    values = with_configs(values)  # --config FILE: the files' options below the flags given
     inputs = read_inputs(values, (gpu or values["gpu"],), spec=spec)
     model, setup, profile = inputs.spec, inputs.setup, inputs.profiles[0]
     mfu, headroom = values["mfu"], inputs.headroom

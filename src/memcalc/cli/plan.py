@@ -24,6 +24,7 @@ from memcalc.cli.common import (
     terminal_width,
     view_options,
 )
+from memcalc.cli.configs import config_option, with_configs
 from memcalc.cli.inputs import read_inputs
 from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_MFU, Options
@@ -50,6 +51,7 @@ MAX_GPUS = 65536
 @click.command("plan", epilog=EXAMPLES)
 @model_option()
 @revision_option
+@config_option
 @click.option(
     "--gpu",
     "gpus",
@@ -141,6 +143,7 @@ def plan_request(
     (``memcalc.api.plan``) one conversion. Needs the command's click context (``given``)."""
     from memcalc.plan import Maximize, PlanRequest
 
+    values = with_configs(values)  # --config FILE: the files' options below the flags given
     inputs = read_inputs(values, gpus or tuple(values["gpus"] or (DEFAULT_GPU,)), spec=spec)
     spec, setup, profiles = inputs.spec, inputs.setup, inputs.profiles
     max_gpus = _bounded("--max-gpus", values["max_gpus"], 1, MAX_GPUS)
