@@ -9,7 +9,8 @@ from pathlib import PurePath
 from typing import Any, TypeVar
 
 from memcalc.errors import MemcalcError
-from memcalc.spec.model import Family, LayerType, ModelSpec
+from memcalc.periodic import smallest_period
+from memcalc.spec.model import Family, FamilyRules, LayerType, ModelSpec, register_family_rules
 from memcalc.validate import FieldError
 
 LLAMA_NAMES: dict[str, str] = {
@@ -165,6 +166,9 @@ class FamilyDef:
     spell a key either way (``XConfig.to_json_file`` writes the canonical one, published
     files often the alias), and both read the same (``AliasedConfig``)."""
 
+    def __post_init__(self) -> None:
+        register_family_rules(self.family, FamilyRules(self.defaults, self.dropouts, self.check))
+
 
 class AliasedConfig(Mapping[str, Any]):
     """A config.json in which each key of a config class's ``attribute_map`` answers to its
@@ -225,24 +229,10 @@ def compress_layers(kinds: Sequence[T]) -> tuple[tuple[T, ...], tuple[T, ...]]:
     kinds = tuple(kinds)
     best: tuple[tuple[T, ...], tuple[T, ...]] = ((), kinds)
     for head in range(min(len(kinds), MAX_HEAD + 1)):
-        period = _period(kinds[head:])
+        period = smallest_period(kinds[head:])
         if head + period < len(best[0]) + len(best[1]):  # ties: the shorter head
             best = (kinds[:head], kinds[head : head + period])
     return best
-
-
-def _period(seq: Sequence[Any]) -> int:
-    """The smallest p with ``seq[i] == seq[i + p]`` for every i (KMP failure function)."""
-    n = len(seq)
-    fail = [0] * n
-    j = 0
-    for i in range(1, n):
-        while j and seq[i] != seq[j]:
-            j = fail[j - 1]
-        if seq[i] == seq[j]:
-            j += 1
-        fail[i] = j
-    return n - fail[-1] if n else 0
 
 
 HF_LAYER_TYPES = {"full_attention": LayerType.full, "sliding_attention": LayerType.sliding}
@@ -282,7 +272,7 @@ class HfConfig:
         ``"yes"`` are refused, naming the key), ``default`` when absent or null."""
         value = self.get(field_name, key, default)
         if not isinstance(value, bool):
-            raise self.fail(key, f"expected true or false, got {value!r}")
+            raise self.error(key, f"expected true or false, got {value!r}")
         return value
 
     def spelled(self, key: str) -> str:
@@ -292,15 +282,9 @@ class HfConfig:
     def _names(self, key: str) -> tuple[str, ...]:
         return self.cfg.names(key) if isinstance(self.cfg, AliasedConfig) else (key,)
 
-    def fail(self, key: str, problem: str) -> MemcalcError:
-        """A one-line error about ``key`` of this file."""
-        from memcalc.validate import FieldError
-
-        return FieldError(self.spelled(key), problem, self.source)
-
     def refuse(self, key: str, value: Any, why: str) -> MemcalcError:
         """The error for a value of ``key`` that memcalc does not model, and why."""
-        return self.fail(key, f"{value!r} is not modelled ({why})")
+        return self.error(key, f"{value!r} is not modelled ({why})")
 
     def layer_types(self, n: int, key: str = "layer_types") -> tuple[LayerType, ...] | None:
         """``cfg[key]``: one HF layer type per layer (``full_attention`` /
@@ -309,12 +293,12 @@ class HfConfig:
         if value is None:
             return None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(key, f"expected a list of layer type names, got {value!r}")
+            raise self.error(key, f"expected a list of layer type names, got {value!r}")
         if len(value) != n:
-            raise self.fail(key, f"lists {len(value)} layers, num_hidden_layers is {n}")
+            raise self.error(key, f"lists {len(value)} layers, num_hidden_layers is {n}")
         bad = sorted({v for v in value if v not in HF_LAYER_TYPES})
         if bad:
-            raise self.fail(
+            raise self.error(
                 key, f"unknown layer type {bad[0]!r}; memcalc reads: {', '.join(HF_LAYER_TYPES)}"
             )
         return tuple(HF_LAYER_TYPES[v] for v in value)
@@ -419,6 +403,12 @@ def llama_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
         if model_type == "qwen2":
             out |= {"use_sliding_window": True, "max_window_layers": len(spec.first_layers)}
     return out
+
+
+def require(ok: bool, model_type: str, what: str) -> None:
+    """A spec feature the HF config of ``model_type`` cannot express."""
+    if not ok:
+        raise MemcalcError(f"--impl hf: {model_type} cannot express this spec: {what}")
 
 
 def attention_dropout_only(spec: ModelSpec) -> None:
