@@ -39,8 +39,11 @@ def read_peft(data: Mapping[str, Any], path: Path) -> ConfigFile:
     if isinstance(targets, str) and targets != "all-linear":
         f.unmodelled("target_modules", f"{targets!r}: a regular expression; pass --lora-targets")
     else:
-        f.set("lora_targets", f.names("target_modules"))
-    f.set("modules_to_save", f.names("modules_to_save"))
+        # LoraConfig keeps target_modules as a set, so the saved list has no order: sorted
+        targets = f.names("target_modules")
+        f.set("lora_targets", sorted(targets) if targets else None)
+    saved = f.names("modules_to_save")
+    f.set("modules_to_save", sorted(saved) if saved else None)
     bias = f.text("bias")
     if bias not in (None, "none"):
         f.unmodelled("bias", f"{bias!r}: trained biases are not modelled")
