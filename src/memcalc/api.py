@@ -24,7 +24,7 @@ from typing import Any
 
 from memcalc.estimate import Breakdown, Options
 from memcalc.estimate import estimate as core_estimate
-from memcalc.inputs import catalog, estimate_options, keyword_values, read_inputs
+from memcalc.inputs import catalog, estimate_inputs, keyword_values
 from memcalc.plan import Maximized, PlanResult
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
@@ -87,15 +87,16 @@ def estimate(
     ('full + offload optimizer=cpu', 0, True)
     """
     if "gpus" in options:  # --gpus is --dp's other name
-        options["dp"] = options.pop("gpus")
+        options["dp_gpus"] = options.pop("gpus")
     spec = model if isinstance(model, ModelSpec) else None
     given = {"model": None if spec else model, "gpu": _name(gpu), "seq": seq, "batch": batch}
     given |= {"recompute": recompute, "offload": offload or None}
     values, names = keyword_values(catalog.ESTIMATE, "estimate", {**given, **options})
-    profile = gpu if isinstance(gpu, GpuProfile) else values["gpu"]
-    inputs = read_inputs(values, names | ({"gpu"} if gpu is not None else set()), (profile,), spec)
+    named = names | ({"gpu"} if gpu is not None else set())
+    profile = gpu if isinstance(gpu, GpuProfile) else None
+    inputs, chosen_or_none, values = estimate_inputs(values, named, profile, spec)
     _say(inputs.said)
-    chosen = estimate_options(values) or Options()
+    chosen = chosen_or_none or Options()
     return Estimate.of(
         core_estimate(
             inputs.spec,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from memcalc.cli.common import OUTPUT
+from memcalc.cli.common import OUTPUT, terminal_width
 from memcalc.cli.options import option
 from memcalc.params import count_params
 from memcalc.profiles import list_profiles, load_profile
@@ -87,11 +87,15 @@ def profiles_show(name: str) -> None:
         own = field in ("display_name", "source", "notes")
         return " (not set: default)" if own else f" (not set: {REFERENCE_PROFILE}'s figure)"
 
+    rows = [[k, f"{v}{mark(k)}" if k in defaulted else str(v)] for k, v in p.fields().items()]
+    # the values wrap to the terminal ($COLUMNS): the field column, two spaces, the rest
+    value_width = max(20, terminal_width() - max(len(r[0]) for r in rows) - 2)
     click.echo(
         tabulate(
-            [[k, f"{v}{mark(k)}" if k in defaulted else v] for k, v in p.fields().items()],
+            rows,
             headers=["field", "value"],
             disable_numparse=True,
+            maxcolwidths=[None, value_width],
         )
     )
 

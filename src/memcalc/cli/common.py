@@ -25,10 +25,7 @@ def model_option(default: str = DEFAULT_MODEL) -> Callable[[F], F]:
 
 
 gpu_option = options([catalog.GPU])
-gpu_memory_option = options([catalog.GPU_MEMORY])
-fit_options = options(catalog.FIT)
 setup_options = options(catalog.SETUP)
-routing_options = options(catalog.ROUTING)
 layout_options = options(catalog.LAYOUT)
 finetune_options = options(catalog.FINETUNE)
 strategy_options = options(catalog.STRATEGY)

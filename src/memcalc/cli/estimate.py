@@ -8,24 +8,10 @@ from typing import Any
 
 import click
 
-from memcalc.cli.common import (
-    finetune_options,
-    fit_options,
-    gpu_memory_option,
-    gpu_option,
-    layout_options,
-    model_option,
-    output_options,
-    routing_options,
-    say,
-    setup_options,
-    strategy_options,
-    terminal_width,
-    view_options,
-)
-from memcalc.cli.options import given_names
+from memcalc.cli.common import output_options, say, terminal_width, view_options
+from memcalc.cli.options import given_names, options
 from memcalc.estimate import Breakdown, Options, estimate
-from memcalc.inputs import Inputs, estimate_options, read_inputs
+from memcalc.inputs import Inputs, catalog, estimate_inputs
 from memcalc.report.estimate import render_breakdowns, strategy_rows
 
 EXAMPLES = """\b
@@ -40,15 +26,7 @@ Examples:
 
 
 @click.command("estimate", epilog=EXAMPLES)
-@model_option()
-@gpu_option
-@gpu_memory_option
-@setup_options
-@layout_options
-@finetune_options
-@routing_options
-@strategy_options
-@fit_options
+@options(catalog.ESTIMATE)
 @output_options
 @view_options
 def estimate_command(**values: Any) -> None:
@@ -59,9 +37,8 @@ def estimate_command(**values: Any) -> None:
         from memcalc.plot import check_path
 
         check_path(plot)  # before the estimate: a bad name or a missing extra fails fast
-    inputs = read_inputs(values, given_names(), (values["gpu"],))
+    inputs, options, values = estimate_inputs(values, given_names())
     say(inputs.said)
-    options = estimate_options(values)
     run = strategy_runner(inputs, values["mfu"])
     rows = strategy_rows(run, inputs.spec.num_layers, inputs.setup, options, inputs.profiles[0])
     click.echo(
@@ -75,6 +52,11 @@ def estimate_command(**values: Any) -> None:
             width=terminal_width(),
         )
     )
+    from memcalc.advice import loss_advice  # a fused loss that would lower the peak a lot
+
+    advice = loss_advice(inputs.spec, inputs.setup, inputs.profiles[0], rows, values["unit"])
+    if advice is not None:
+        click.echo(f"note: {advice}", err=True)
     if plot is not None:
         from memcalc.plot import plot_estimate
 

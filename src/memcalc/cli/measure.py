@@ -131,7 +131,7 @@ def measure_command(**values: Any) -> None:
     for key in FINETUNE_KEYS:
         values.pop(key)
     layout = layout_fields(values)
-    for key in LAYOUT_FIELDS:
+    for key in (*LAYOUT_FIELDS, "dp_gpus"):
         values.pop(key, None)
     said: list[str] = []
     values["impl"] = measured_code(framework_field(values, said), values["impl"])

@@ -14,6 +14,7 @@ from memcalc.cli.common import (
     output_options,
     say,
     strategy_options,
+    terminal_width,
 )
 from memcalc.cli.options import options
 from memcalc.errors import MemcalcError
@@ -118,6 +119,7 @@ def trace_command(**values: Any) -> None:
             fmt=values["fmt"],
             unit=values["unit"],
             quiet=values["quiet"],
+            width=terminal_width(),
         )
     except KeyboardInterrupt as e:
         click.echo(interrupted("trace", getattr(e, "phase", "")), err=True)

@@ -18,7 +18,9 @@ from memcalc.inputs.flags import (
     optional_boolean,
     optional_integer,
     optional_text,
+    path,
     text,
+    tokens,
 )
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.spec.finetune import Quantize
@@ -57,6 +59,25 @@ MODEL = Flag(
     "Preset (memcalc models list), its HF hub id, a memcalc spec TOML/JSON or an HF config.json.",
     short=("-m",),
 )
+REVISION = Flag(
+    "revision",
+    ("--revision",),
+    optional_text,
+    None,
+    "With a hub id as --model: the branch, tag or commit whose config.json to read.",
+)
+CONFIG = Flag(
+    "config",
+    ("--config",),
+    path,
+    (),
+    "A trainer config to read the job from (repeatable): DeepSpeed JSON, HF "
+    "TrainingArguments / TRL SFTConfig, accelerate, axolotl, torchtitan, PEFT "
+    "adapter_config.json (docs/configs.md). Flags override it.",
+    multiple=True,
+    show_default=False,
+    metavar="FILE",
+)
 GPU = Flag(
     "gpu",
     ("--gpu",),
@@ -90,7 +111,7 @@ FIT = (
 )
 SETUP = (
     Flag("batch", ("--batch",), integer, 1, "Micro-batch size (sequences).", short=("-b",)),
-    Flag("seq", ("--seq",), integer, 1024, "Sequence length (tokens).", short=("-s",)),
+    Flag("seq", ("--seq",), tokens, 1024, "Sequence length (tokens; 4k = 4096).", short=("-s",)),
     Flag(
         "precision",
         ("--precision",),
@@ -148,7 +169,7 @@ ROUTING = (
 )
 
 _LAYOUT_CLI = {
-    "dp": {"spellings": ("--dp", "--gpus"), "help": "Data-parallel GPUs."},
+    "dp": {"help": "Data-parallel GPUs."},
     "tp": {"help": "Tensor-parallel GPUs."},
     "pp": {"help": "Pipeline stages (1F1B)."},
     "cp": {"help": "Context-parallel GPUs."},
@@ -193,6 +214,13 @@ LAYOUT_FIELDS = tuple(f.name for f in dataclasses.fields(Parallelism))
 """The parallel layout's keys: Parallelism's fields, in order."""
 LAYOUT = (
     *(_layout_flag(f) for f in dataclasses.fields(Parallelism)),
+    Flag(
+        "dp_gpus",
+        ("--gpus",),
+        optional_integer,
+        None,
+        "The same as --dp.",
+    ),
     Flag(
         "framework",
         ("--framework",),
@@ -311,7 +339,19 @@ STRATEGY = (
         "mfu", ("--mfu",), MFU, DEFAULT_MFU, "Model-FLOPs utilisation used to turn FLOPs into time."
     ),
 )
-ESTIMATE = (MODEL, GPU, GPU_MEMORY, *SETUP, *LAYOUT, *FINETUNE, *ROUTING, *STRATEGY, *FIT)
+ESTIMATE = (
+    MODEL,
+    REVISION,
+    CONFIG,
+    GPU,
+    GPU_MEMORY,
+    *SETUP,
+    *LAYOUT,
+    *FINETUNE,
+    *ROUTING,
+    *STRATEGY,
+    *FIT,
+)
 """The inputs of ``memcalc estimate`` (and ``memcalc.estimate``)."""
 
 PLAN_ONLY = (
@@ -360,6 +400,8 @@ PLAN_ONLY = (
 )
 PLAN = (
     MODEL,
+    REVISION,
+    CONFIG,
     *PLAN_ONLY[:1],
     GPU_MEMORY,
     *SETUP,

@@ -146,6 +146,26 @@ def bounded(low: int, high: int | None = None) -> Parse:
     return _named(parse, "INTEGER")
 
 
+TOKEN_SUFFIXES = {"": 1, "k": 2**10, "ki": 2**10, "m": 2**20, "mi": 2**20}
+"""A sequence length as people write context lengths: powers of two (4k = 4,096)."""
+
+
+def tokens(value: Any) -> int:
+    """A number of tokens: a whole number, or with ``k`` / ``M`` (``4k`` = 4,096, ``128k`` =
+    131,072, ``1M`` = 1,048,576). A negative one is passed on for the setup's bound to
+    name."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raw = str(value).strip().lower().replace("_", "").replace(",", "")
+    sign = -1 if raw.startswith("-") else 1
+    raw = raw.lstrip("+-") if raw[:1] in "+-" and len(raw) > 1 else raw
+    digits = raw.rstrip("kmi")
+    scale = TOKEN_SUFFIXES.get(raw[len(digits) :])
+    if scale is None or not digits.isascii() or not digits.isdigit() or len(digits) > 4000:
+        raise FlagError(f"{str(value)[:40]!r} is not a whole number of tokens (e.g. 4096 or 4k)")
+    return sign * int(digits) * scale
+
+
 def optional_integer(value: Any) -> int | None:
     return None if value is None else integer(value)
 
@@ -220,6 +240,7 @@ def path(value: Any) -> Path:
 
 
 _named(integer, "INTEGER")
+_named(tokens, "TOKENS")
 _named(optional_integer, "INTEGER")
 _named(names, "NAMES")
 _named(path, "PATH")

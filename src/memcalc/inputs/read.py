@@ -77,7 +77,7 @@ def read_inputs(
     (``--gpu-memory`` and ``--host-memory`` still apply)."""
     said: list[str] = []
     if spec is None:
-        spec = load_model(values["model"])
+        spec = load_model(values["model"], values.get("revision"))
     named = "gpu" in given or "gpus" in given
     profiles = tuple(_profile(name, values, named) for name in gpu_names)
     fields = setup_fields(values, said)
@@ -92,6 +92,53 @@ def read_inputs(
     setup = training_setup(**fields)
     said += [f"warning: {w}" for w in check(spec, setup)]
     return Inputs(spec, profiles, setup, headroom_fraction(values.get("headroom")), tuple(said))
+
+
+def with_configs(
+    values: Mapping[str, Any], given: frozenset[str], flags: tuple[Flag, ...], command: str
+) -> tuple[dict[str, Any], frozenset[str], tuple[str, ...]]:
+    """``values`` with the options of the ``--config`` files (``memcalc.configs``) below the
+    flags the user gave, parsed by the flags' own parsers; the names given (by the user or a
+    file); what was read, how, and each field memcalc cannot model, as lines for stderr."""
+    paths = values.get("config") or ()
+    if not paths:
+        return dict(values), given, ()
+    from memcalc.configs import read_configs
+    from memcalc.configs.options import merge_options, unused_note
+
+    read = read_configs(paths)
+    said = [f"note: --config {path}: read as: {kind}" for kind, path in read.sources]
+    said += [f"warning: {w}" for w in read.warnings]
+    by_name = {f.name: f for f in flags}
+    merged, unused = merge_options(
+        dict(values),
+        read.options,
+        accepts=set(by_name),
+        given=lambda key: key in given,
+        convert=lambda key, value: by_name[key].value_of(value),
+    )
+    note = unused_note(unused, command)
+    if note:
+        said.append(f"note: {note}")
+    from_files = {k for k in read.options if k in by_name and k not in given}
+    return merged, given | from_files, tuple(said)
+
+
+def estimate_inputs(
+    values: Mapping[str, Any],
+    given: frozenset[str],
+    gpu: str | GpuProfile | None = None,
+    spec: ModelSpec | None = None,
+) -> tuple[Inputs, Options | None, dict[str, Any]]:
+    """What ``memcalc estimate`` (and ``memcalc.estimate``) computes with: the inputs (the
+    ``--config`` files' notes first in ``said``), the chosen strategy (None: none, show every
+    one) and the flag values with the files' merged in."""
+    from memcalc.inputs.catalog import ESTIMATE
+
+    merged, given, said = with_configs(values, given, ESTIMATE, "estimate")
+    inputs = read_inputs(merged, given, (gpu or merged["gpu"],), spec)
+    inputs = Inputs(inputs.spec, inputs.profiles, inputs.setup, inputs.headroom, said + inputs.said)
+    return inputs, estimate_options(merged), merged
 
 
 def estimate_options(values: Mapping[str, Any]) -> Options | None:
@@ -190,8 +237,16 @@ def setup_fields(values: Mapping[str, Any], said: list[str] | None = None) -> di
 
 
 def layout_fields(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The parallel-layout fields (Parallelism's) of a command's flag values."""
-    return {k: values[k] for k in LAYOUT_FIELDS if k in values}
+    """The parallel-layout fields (Parallelism's) of a command's flag values; ``--gpus``
+    (``dp_gpus``) is ``--dp`` under its own name, so that its errors name it."""
+    fields = {k: values[k] for k in LAYOUT_FIELDS if k in values}
+    gpus = values.get("dp_gpus")
+    if gpus is not None:
+        if gpus != values["dp"] and values["dp"] != 1:
+            raise MemcalcError("--gpus: the same as --dp; give one of them")
+        fields["gpus"] = gpus
+        del fields["dp"]
+    return fields
 
 
 def _names(text: str | None) -> tuple[str, ...]:

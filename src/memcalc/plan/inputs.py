@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from memcalc.errors import MemcalcError
-from memcalc.inputs import read_inputs
+from memcalc.inputs import catalog, read_inputs, with_configs
 from memcalc.plan.maximize import Maximize, Maximized, maximize
 from memcalc.plan.search import PlanRequest, PlanResult, plan
 from memcalc.profiles import DEFAULT_GPU, GpuProfile
@@ -26,6 +26,7 @@ def plan_request(
 ) -> tuple[PlanRequest, Maximize | None, tuple[str, ...]]:
     """The request the flag values make (of ``spec`` and on ``gpus`` when given, else of
     ``--model`` on ``--gpu``), validated; the lines to print on stderr."""
+    values, given, from_files = with_configs(values, given, catalog.PLAN, "plan")
     inputs = read_inputs(values, given, gpus or tuple(values["gpus"] or (DEFAULT_GPU,)), spec)
     max_gpus = _bounded("--max-gpus", values["max_gpus"], 1, MAX_GPUS)
     top = _bounded("--top", values["top"], 1, 1000)
@@ -45,7 +46,7 @@ def plan_request(
         options=Options(mfu=values["mfu"], headroom=inputs.headroom),
         top=top,
     )
-    return request, what, inputs.said
+    return request, what, from_files + inputs.said
 
 
 def run_plan(
