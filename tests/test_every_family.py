@@ -145,11 +145,14 @@ def test_family_is_pinned_by_the_snapshot(fam):
 @pytest.mark.parametrize("fam", FAMILIES, ids=IDS)
 def test_smallest_preset_is_the_hf_model_on_meta_device(fam):
     """The HF model built from ``to_hf`` of the family's smallest preset, on the meta device
-    (no memory, no weights): every parameter tensor by HF name and size, and the total."""
+    (no memory, no weights): every parameter tensor by HF name and size, and the total the
+    estimate reports (skipped where the installed transformers has no such model_type)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     spec = smallest_preset(fam)
     cfg = dict(hf_config_dict(spec))
+    if cfg["model_type"] not in transformers.CONFIG_MAPPING:
+        pytest.skip(f"transformers {transformers.__version__} has no {cfg['model_type']}")
     config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
@@ -158,3 +161,5 @@ def test_smallest_preset_is_the_hf_model_on_meta_device(fam):
     counts = count_params(spec)
     assert counts.total == sum(theirs.values())
     assert counts.tensors == len(theirs)
+    setup = TrainingSetup(batch=1, seq=128, precision="fp32", attention="eager")
+    assert estimate(spec, setup, GPU).params.total == sum(theirs.values())
