@@ -16,6 +16,7 @@ from click.core import ParameterSource
 from memcalc.cli.common import setup_fields
 from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_HEADROOM
+from memcalc.frameworks import framework
 from memcalc.profiles import DEFAULT_GPU, GpuProfile, adhoc_profile, load_profile
 from memcalc.spec.compat import check, fallbacks
 from memcalc.spec.loaders import load_model, training_setup
@@ -52,6 +53,7 @@ def read_inputs(
         spec = load_model(values["model"])
     profiles = tuple(_profile(name, values) for name in gpu_names)
     fields = setup_fields(values)
+    framework_defaults(fields)
     for fb in fallbacks(
         spec,
         profiles[0],
@@ -64,6 +66,40 @@ def read_inputs(
     for warning in check(spec, setup):
         click.echo(f"warning: {warning}", err=True)
     return Inputs(spec, profiles, setup, headroom_fraction(values.get("headroom")))
+
+
+OPTION_OF = {"optimizer_fused": "fused"}
+"""The command-line option of a TrainingSetup field, where the names differ."""
+
+
+def framework_defaults(fields: dict[str, Any]) -> None:
+    """The chosen framework's own defaults for the options not given (one note on stderr):
+    torchtitan's MixedPrecisionPolicy, fused AdamW and attention kernel."""
+    name = fields.get("framework")
+    if name is None:
+        return
+    fw = framework(name)
+    used = []
+    for field, value in fw.defaults:
+        if given(OPTION_OF.get(field, field)):
+            continue
+        if field == "precision" and fw.unsharded_precision and not _sharded(fields, fw):
+            value = fw.unsharded_precision
+        fields[field] = value
+        flag = OPTION_OF.get(field, field).replace("_", "-")
+        used.append(f"--{flag}" if value is True else f"--{flag} {value}")
+    if used:
+        click.echo(
+            f"note: --framework {fw.label}: its defaults {', '.join(used)} "
+            f"(torchtitan {fw.version}'s own; give the option to change it)",
+            err=True,
+        )
+
+
+def _sharded(fields: dict[str, Any], fw: Any) -> bool:
+    """FSDP2 runs over more than one rank (dp x cp under a framework that shards over cp)."""
+    cp = fields.get("cp", 1) if fw.shards_over_cp else 1
+    return (fields.get("shard_size") or fields.get("dp", 1)) * cp > 1
 
 
 def _profile(name: str | GpuProfile, values: dict[str, Any]) -> GpuProfile:

@@ -114,6 +114,12 @@ class Op:
     recompute_freed: int = 0
     """Bytes of ``grad_bytes`` already freed when its block was rebuilt by a checkpoint's
     recompute (the backward of the ops after it ran before the recompute)."""
+    kernel: str = ""
+    """The aten kernel this op is, where a save-list policy tells kernels apart (a
+    ``memcalc.frameworks.features.Kernel`` value: mm, sdpa, ...; "" for the others)."""
+    outputs: tuple[Saved, ...] = ()
+    """What the op returns, where a policy keeps op outputs (op-level selective
+    checkpointing caches them); empty for ops no such policy saves."""
 
 
 def unique_saved(ops: tuple[Op, ...] | list[Op]) -> dict[str, Saved]:

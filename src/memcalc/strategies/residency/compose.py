@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memcalc.frameworks import PipelineRuntime, TensorParallel
+from memcalc.frameworks import FsdpGroups, PipelineRuntime, TensorParallel
 from memcalc.graph.ops import OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.pipeline import Stage
 from memcalc.strategies.residency.ddp import BucketViewGradients, DdpBuckets
 from memcalc.strategies.residency.fsdp2 import Fsdp2Gradients, Fsdp2Params, NoGather
+from memcalc.strategies.residency.fsdp2_groups import SplitRootGradients, SplitRootParams
 from memcalc.strategies.residency.gradients import ResidentGradients, ShardedGradients
 from memcalc.strategies.residency.moments import GradientTotals
 from memcalc.strategies.residency.offload import OffloadedGradients
@@ -38,7 +39,7 @@ TENSOR_PARALLEL: dict[TensorParallel, Callable[..., TensorParallelExtras]] = {
 }
 
 Gradients = ResidentGradients | OffloadedGradients
-Params = Fsdp2Params | NoGather
+Params = Fsdp2Params | SplitRootParams | NoGather
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,38 @@ def pipeline_retention(graph: OpGraph, setup: TrainingSetup, stage: Stage) -> Pi
     return runtime(graph, par.microbatches, stage)
 
 
+def fsdp2_groups(
+    graph: OpGraph,
+    setup: TrainingSetup,
+    counts: ParamCounts,
+    sharding: Sharding,
+    totals: GradientTotals,
+) -> tuple[Params, ResidentGradients]:
+    """FSDP2's gathered weights and gradients under the framework's grouping: the root group
+    of everything outside the blocks (``fully_shard`` per block, then the model), or
+    torchtitan's embedding and ``[norm, lm_head]`` groups (``fsdp2_groups.py``); weights are
+    gathered in the recipe's ``param_dtype``."""
+    par, fw = setup.parallel, setup.framework_def
+    block_numel = tuple(b.param_numel for b in graph.kinds)
+    gathered = setup.precision.gathered_dtype.itemsize
+    head = sum(w.numel for op in graph.epilogue for w in op.weights)
+    if fw.fsdp_groups is FsdpGroups.torchtitan and head:
+        embedding = counts.total - graph.layout.total(block_numel) - head
+        g = setup.gradient_dtype.itemsize
+        return (
+            SplitRootParams(embedding, head, block_numel, graph.layout, gathered, par.fsdp_reshard),
+            SplitRootGradients(totals, sharding, g, gathered, fw.grads_kept),
+        )
+    params = Fsdp2Params(
+        counts.total - graph.layout.total(block_numel),
+        block_numel,
+        graph.layout,
+        gathered,
+        par.fsdp_reshard,
+    )
+    return params, Fsdp2Gradients(totals, sharding)
+
+
 def compose(
     graph: OpGraph,
     setup: TrainingSetup,
@@ -109,20 +142,13 @@ def compose(
     host."""
     par = setup.parallel
     ddp = None
-    if par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed:
+    if par.dp > 1 and sharding.stage == 0 and not setup.precision.is_mixed:
         ddp = DdpBuckets(counts.grad_bytes(setup.gradient_dtype.itemsize), par.bucket_view)
     gradients: ResidentGradients
     params: Params = NoGather()
-    if sharding.shards_parameters:
-        gradients = Fsdp2Gradients(totals, sharding)
-        block_numel = tuple(b.param_numel for b in graph.kinds)
-        params = Fsdp2Params(
-            counts.total - graph.layout.total(block_numel),
-            block_numel,
-            graph.layout,
-            setup.weight_dtype.itemsize,
-            par.fsdp_reshard,
-        )
+    fw = setup.framework_def
+    if sharding.shards_parameters or (fw.always_fsdp and sharding.stage >= 3):
+        params, gradients = fsdp2_groups(graph, setup, counts, sharding, totals)
     elif sharding.shards_gradients:
         gradients = ShardedGradients(totals, sharding)
     elif ddp is not None and ddp.bucket_view:
