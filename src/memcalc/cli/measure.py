@@ -175,7 +175,10 @@ def measure_command(**values: Any) -> None:
     layout = layout_fields(values)
     for key in (*LAYOUT_KEYS, "fsdp_reshard"):
         values.pop(key, None)
-    values["impl"] = measured_code(framework_field(values), values["impl"])
+    chosen = framework_field(values)
+    values["impl"] = measured_code(chosen, values["impl"])
+    if values["impl"] == "torchtitan":
+        layout["framework"] = chosen  # its model code, checkpointing and FSDP2 groups
     values.pop("framework")
     values.pop("parallel_impl")
     from memcalc.measure.progress import interrupted

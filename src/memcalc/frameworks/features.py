@@ -40,6 +40,14 @@ class SdpaGqa(str, Enum):
     """Always ``repeat_kv`` before the kernel: k and v are saved at every query head."""
 
 
+class RotaryCache(str, Enum):
+    """Where a model keeps its rotary table as a buffer (bytes for the whole step)."""
+
+    none = "none"
+    per_layer = "per-layer"
+    shared = "shared"
+
+
 @dataclass(frozen=True)
 class LayerCode:
     """How a framework's model code writes one block and the loss, as overrides of the HF

@@ -17,6 +17,7 @@ from memcalc.frameworks.features import (
     Kernel,
     LayerCode,
     NormKernel,
+    RotaryCache,
     SdpaGqa,
     SelectiveRule,
 )
@@ -61,13 +62,18 @@ T30_CODE = LayerCode(
         # (hf_datasets/text_datasets.py) and the model passes them to RoPE, which gathers the
         # cache per layer (ComplexRoPE._reshape_cache: a (b, s, 1, d/2) complex64 tensor)
         ("rotary_gathered", True),
+        # models/common/attention.py: ``self.rope = config.rope.build()`` in every attention,
+        # its cache resized to training.seq_len (Llama3Model.Config.update_from_config)
+        ("rotary_cache", RotaryCache.per_layer),
     ),
     per_family=_PER_FAMILY,
     source="torchtitan 0.3.0 models/llama3, models/qwen3, models/common",
 )
 T22_CODE = LayerCode(
     families=TORCHTITAN_FAMILIES,
-    overrides=_COMMON,
+    # T22 model.py Transformer: one ``freqs_cis`` buffer (precompute_freqs_cis(head_dim,
+    # max_seq_len)), max_seq_len set to training.seq_len by update_from_config
+    overrides=(*_COMMON, ("rotary_cache", RotaryCache.shared)),
     per_family=_PER_FAMILY,
     source="torchtitan 0.2.2 models/llama3/model/model.py, models/qwen3/model/model.py",
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from memcalc.errors import MemcalcError
+from memcalc.frameworks.features import RotaryCache
 from memcalc.graph.blocks.attention import sliding_mask
 from memcalc.graph.blocks.block import decoder_block
 from memcalc.graph.blocks.embedding import embeddings, rotary_tables
@@ -334,6 +335,8 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)
     if spec.moe is not None and spec.moe.aux_loss and spec.moe_layers:
         transient += aux_loss(epi, spec, impl, dims)
+    cache = _rotary_cache_bytes(spec, impl, dims, setup.seq)
+    per_layer = impl.rotary_cache is RotaryCache.per_layer
     return OpGraph(
         tuple(pro.ops),
         tuple(kinds),
@@ -343,4 +346,14 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         logits,
         transient,
         tuple(span_inputs),
+        buffer_bytes_per_layer=cache if per_layer else 0,
+        buffer_bytes_shared=0 if per_layer else cache,
     )
+
+
+def _rotary_cache_bytes(spec: ModelSpec, impl: Implementation, dims: Dims, seq: int) -> int:
+    """A rotary cache buffer of ``seq`` positions: complex64 of width d/2 (8 bytes an
+    element), or fp32 cos | sin of width 2d."""
+    if impl.rotary_cache is RotaryCache.none or spec.positions is not Positions.rotary:
+        return 0
+    return seq * (dims.d // 2 * 8 if impl.complex_rotary else 2 * dims.d * 4)

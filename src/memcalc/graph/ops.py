@@ -283,6 +283,17 @@ class OpGraph:
     loss_transient: tuple[Saved, ...] = field(default=())
     """Tensors that exist only around the loss (fp32 copy of logits, their gradients)."""
     span_inputs: tuple[SpanInput, ...] = field(default=())
+    buffer_bytes_per_layer: int = 0
+    """Module buffers each layer keeps on the device for the whole step (torchtitan 0.3's
+    per-attention RoPE cache)."""
+    buffer_bytes_shared: int = 0
+    """Module buffers of the whole model (torchtitan 0.2.2's ``freqs_cis``)."""
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Module buffers on the device for the whole step."""
+        return self.buffer_bytes_shared + self.buffer_bytes_per_layer * self.num_layers
+
     """Tensors of the prologue or ``checkpoint_extra_inputs`` that only the layers of some
     kinds read (one attention span's mask or rotary tables, when the model has two spans)."""
 

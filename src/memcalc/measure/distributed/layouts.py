@@ -126,8 +126,12 @@ def check_layout(
         )
 
 
-def mechanism(par: Parallelism) -> str:
-    """The torch mechanism that runs ``par`` (for the report)."""
+def mechanism(par: Parallelism, titan: str = "") -> str:
+    """The torch mechanism that runs ``par`` (for the report); ``titan``: torchtitan's
+    version, whose parallelize function runs it."""
+    if titan:
+        dims = [f"{n} {getattr(par, n)}" for n in ("dp", "tp") if getattr(par, n) > 1]
+        return f"torchtitan {titan} parallelize_llama ({', '.join(dims)}; FSDP2 over dp)"
     if par.tp > 1:
         return "DTensor tensor parallel" + (" + sequence parallel" if par.sequence_parallel else "")
     if par.pp > 1:

@@ -9,7 +9,7 @@ from pathlib import PurePath
 from typing import Any, TypeVar
 
 from memcalc.errors import MemcalcError
-from memcalc.frameworks.features import NormKernel, SdpaGqa
+from memcalc.frameworks.features import NormKernel, RotaryCache, SdpaGqa
 from memcalc.periodic import smallest_period
 from memcalc.spec.model import Family, FamilyRules, LayerType, ModelSpec, register_family_rules
 from memcalc.validate import FieldError
@@ -135,6 +135,11 @@ class Implementation:
     qkv_copies: bool = False
     """One fused q/k/v projection whose output is split and copied into contiguous q, k and v
     (torchtitan 0.3 ``FusedQKVLinear``), rather than three projections or three views."""
+    rotary_cache: RotaryCache = RotaryCache.none
+    """Where the rotary table lives on the device for the whole step: nowhere worth
+    counting (HF keeps a d/2 ``inv_freq``), one cache per layer (torchtitan 0.3: every
+    attention's ``rope`` module holds ``cache``, resized to the training sequence), or one for
+    the model (0.2.2's ``freqs_cis``)."""
     labels_view: bool = False
     """The loss's target is a view of the batch's labels (T int64), not HF's padded and
     shifted copy."""

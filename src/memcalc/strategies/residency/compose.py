@@ -53,12 +53,15 @@ class Residency:
     tensor_parallel: TensorParallelExtras
     ddp: DdpBuckets | None
     """DDP's buckets (data-parallel without ZeRO)."""
+    module_buffer_bytes: int = 0
+    """The model's own buffers (torchtitan's RoPE caches)."""
 
     @property
     def buffer_bytes(self) -> int:
-        """Bytes on the GPU for the whole step beside the parameters: DDP's buckets and the
-        pipeline's receive buffers."""
-        return (self.ddp.buffer_bytes if self.ddp else 0) + self.pipeline.buffer_bytes
+        """Bytes on the GPU for the whole step beside the parameters: DDP's buckets, the
+        pipeline's receive buffers and the model's buffers."""
+        ddp = self.ddp.buffer_bytes if self.ddp else 0
+        return ddp + self.pipeline.buffer_bytes + self.module_buffer_bytes
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -66,6 +69,9 @@ class Residency:
             self.ddp.note if self.ddp else "",
             self.pipeline.note,
             self.tensor_parallel.note,
+            f"model buffers (RoPE caches) {self.module_buffer_bytes} bytes for the whole step"
+            if self.module_buffer_bytes
+            else "",
         )
         return tuple(p for p in parts if p)
 
@@ -156,4 +162,4 @@ def compose(
     else:
         gradients = ResidentGradients(totals)
     held: Gradients = gradients if grads_resident else OffloadedGradients(gradients, grads_cap)
-    return Residency(held, params, pipeline, tensor_parallel, ddp)
+    return Residency(held, params, pipeline, tensor_parallel, ddp, graph.buffer_bytes)
