@@ -81,9 +81,10 @@ def run_rank(request: Request, rank: int, local_rank: int) -> Measurement:
         if par.tp > 1:
             applied = tensor_parallel(model, spec, request.impl, par, dev)
         label = apply_strategy(model, request.recompute, every=request.every)
-        if par.dp > 1:
-            layout = data_parallel if par.zero == 0 else fully_sharded
-            applied = layout(model, par, dev)
+        if par.dp > 1 and par.zero == 0:
+            applied = data_parallel(model, par, dev)
+        elif par.dp > 1:
+            applied = fully_sharded(model, par, dev, setup.precision.is_fsdp_policy)
         notes += applied.notes
         trainer = _trainer(applied.model, setup, offload_optimizer=False)
         ids = token_ids(spec, setup, request.seed, dev)

@@ -115,7 +115,6 @@ def fsdp2_groups(
     head = sum(w.numel for op in graph.epilogue for w in op.weights)
     if fw.fsdp_groups is FsdpGroups.torchtitan and head:
         embedding = counts.total - graph.layout.total(block_numel) - head
-        g = setup.gradient_dtype.itemsize
         return (
             SplitRootParams(embedding, head, block_numel, graph.layout, gathered, par.fsdp_reshard),
             SplitRootGradients(totals, sharding, g, gathered, fw.grads_kept),
@@ -127,7 +126,8 @@ def fsdp2_groups(
         gathered,
         par.fsdp_reshard,
     )
-    return params, Fsdp2Gradients(totals, sharding)
+    g = setup.gradient_dtype.itemsize
+    return params, Fsdp2Gradients(totals, sharding, g, gathered)
 
 
 def compose(
