@@ -112,12 +112,15 @@ def fsdp2_groups(
     par, fw = setup.parallel, setup.framework_def
     block_numel = tuple(b.param_numel for b in graph.kinds)
     gathered = setup.precision.gathered_dtype.itemsize
+    g = setup.gradient_dtype.itemsize
+    # unsharded gradients: in param_dtype under a MixedPrecisionPolicy, else the gradients'
+    unsharded = gathered if setup.precision.is_fsdp_policy else g
     head = sum(w.numel for op in graph.epilogue for w in op.weights)
     if fw.fsdp_groups is FsdpGroups.torchtitan and head:
         embedding = counts.total - graph.layout.total(block_numel) - head
         return (
             SplitRootParams(embedding, head, block_numel, graph.layout, gathered, par.fsdp_reshard),
-            SplitRootGradients(totals, sharding, g, gathered, fw.grads_kept),
+            SplitRootGradients(totals, sharding, g, unsharded, fw.grads_kept),
         )
     params = Fsdp2Params(
         counts.total - graph.layout.total(block_numel),
@@ -126,8 +129,7 @@ def fsdp2_groups(
         gathered,
         par.fsdp_reshard,
     )
-    g = setup.gradient_dtype.itemsize
-    return params, Fsdp2Gradients(totals, sharding, g, gathered)
+    return params, Fsdp2Gradients(totals, sharding, g, unsharded)
 
 
 def compose(
