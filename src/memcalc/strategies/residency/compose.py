@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memcalc.frameworks import FsdpGroups, PipelineRuntime, TensorParallel
+from memcalc.frameworks import PipelineRuntime, TensorParallel
+from memcalc.frameworks.features import FsdpGroups
 from memcalc.graph.ops import OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import TrainingSetup
