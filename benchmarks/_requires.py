@@ -10,6 +10,7 @@ HINTS = {
     "torch": "pip install torch --index-url https://download.pytorch.org/whl/cpu  (or the CUDA "
     "build you use)",
     "transformers": "pip install transformers",
+    "torchtitan": "pip install -e '.[torchtitan]'",
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from memcalc.frameworks.features import Checkpointing
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Component, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
@@ -17,6 +18,7 @@ from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.steptime import StepTime, communication_seconds, step_time
+from memcalc.strategies.checkpointing import framework_plan
 from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
 from memcalc.strategies.offload import OffloadWhat
 from memcalc.strategies.options import DEFAULT_HEADROOM as DEFAULT_HEADROOM
@@ -25,10 +27,10 @@ from memcalc.strategies.options import MIN_MFU as MIN_MFU
 from memcalc.strategies.options import NO_STRATEGY, Options
 from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
 from memcalc.strategies.placement import Placement, gpu_activation_bytes, place
-from memcalc.strategies.recompute import ActivationPlan, plan_for
+from memcalc.strategies.recompute import ActivationPlan
 from memcalc.strategies.residency import Residency, compose
 from memcalc.strategies.residency.compose import pipeline_retention, tensor_parallel_extras
-from memcalc.strategies.sharding import Sharding
+from memcalc.strategies.sharding import Sharding, sharding_of
 from memcalc.timeline import Moment, RankState, Timeline, gradient_totals, step_timeline
 
 
@@ -318,8 +320,8 @@ def estimate_graph(
         k, later = in_flight(0, par)
         stage = Stage(0, 0, graph, k, later, True, True)
     opt = optimizer_bytes(setup, counts, device)
-    plan = _plan(graph, options)
-    sharding = Sharding(par.shard_ranks, par.zero, par.expert_shard_ranks)
+    plan = _plan(graph, options, setup.framework_def.checkpointing)
+    sharding = sharding_of(par, setup.framework_def)
     extras = tensor_parallel_extras(setup, graph, embedding)
     extra_grad_bytes = extras.embedding_grad_numel * setup.gradient_dtype.itemsize
     gpu_acts = gpu_activation_bytes(
@@ -491,16 +493,17 @@ def _step_time(
 _PLANS: dict[tuple[object, ...], tuple[OpGraph, ActivationPlan]] = {}
 
 
-def _plan(graph: OpGraph, options: Options) -> ActivationPlan:
-    """The activation plan of ``graph`` under ``options``' recompute, computed once per graph
-    object (the graph is kept with it, so its id is not reused)."""
-    key = (id(graph), options.recompute, options.every, options.budget_bytes)
+def _plan(graph: OpGraph, options: Options, rule: Checkpointing) -> ActivationPlan:
+    """The activation plan of ``graph`` under ``options``' recompute as the framework's
+    checkpointing modes (``rule``) run it, computed once per graph object (the graph is kept
+    with it, so its id is not reused)."""
+    key = (id(graph), options.recompute, options.every, options.budget_bytes, rule)
     hit = _PLANS.get(key)
     if hit is None or hit[0] is not graph:
         if len(_PLANS) > 2048:
             _PLANS.clear()
-        plan = plan_for(
-            graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
+        plan = framework_plan(
+            graph, options.recompute, rule, every=options.every, budget_bytes=options.budget_bytes
         )
         hit = _PLANS[key] = (graph, plan)
     return hit[1]

@@ -134,8 +134,11 @@ def measure_command(**values: Any) -> None:
     for key in (*LAYOUT_FIELDS, "dp_gpus"):
         values.pop(key, None)
     said: list[str] = []
-    values["impl"] = measured_code(framework_field(values, said), values["impl"])
+    chosen = framework_field(values, said)
+    values["impl"] = measured_code(chosen, values["impl"])
     say(tuple(said))
+    if values["impl"] == "torchtitan":
+        layout["framework"] = chosen  # its model code, checkpointing and FSDP2 groups
     values.pop("framework")
     values.pop("parallel_impl")
     from memcalc.measure.progress import interrupted

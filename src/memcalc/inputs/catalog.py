@@ -227,8 +227,9 @@ LAYOUT = (
         optional(choice_of(FrameworkName)),
         None,
         "Whose code runs the step: hf (transformers with DDP / FSDP2, DTensor, "
-        "torch.distributed.pipelining), megatron (Megatron-LM's parallel runtime) or reference "
-        "(memcalc's own model); default megatron with --tp / --pp, else hf.",
+        "torch.distributed.pipelining), megatron (Megatron-LM's parallel runtime), reference "
+        "(memcalc's own model), torchtitan (0.3.0) or torchtitan-0.2.2 (its model code, "
+        "op-level SAC, FSDP2 over dp x cp); default megatron with --tp / --pp, else hf.",
     ),
     Flag(
         "parallel_impl",

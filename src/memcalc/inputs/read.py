@@ -21,6 +21,7 @@ from memcalc.errors import MemcalcError
 from memcalc.frameworks import PARALLEL_IMPL_FRAMEWORKS, FrameworkName
 from memcalc.inputs.catalog import LAYOUT_FIELDS
 from memcalc.inputs.flags import Flag
+from memcalc.inputs.framework_defaults import framework_defaults
 from memcalc.profiles import GpuProfile, adhoc_profile, load_profile
 from memcalc.spec.compat import check, fallbacks
 from memcalc.spec.loaders import load_model, training_setup
@@ -81,6 +82,7 @@ def read_inputs(
     named = "gpu" in given or "gpus" in given
     profiles = tuple(_profile(name, values, named) for name in gpu_names)
     fields = setup_fields(values, said)
+    framework_defaults(fields, given, said)
     for fb in fallbacks(
         spec,
         profiles[0],

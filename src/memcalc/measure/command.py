@@ -269,7 +269,12 @@ def _run_distributed(
         )
     if options.offload:
         raise MemcalcError("--offload: not measured under --nproc (one rank's runner only)")
-    check_layout(spec, setup, impl, nproc, kind)
+    if impl.value == "torchtitan":
+        from memcalc.measure.torchtitan.model import check_layout as check_titan
+
+        check_titan(spec, setup, options.recompute, nproc, kind)
+    else:
+        check_layout(spec, setup, impl, nproc, kind)
     b = estimate_for(spec, setup, profile, options, kind)
     busiest = max(rank_estimates(b, setup.parallel), key=lambda e: e.peak.total_bytes)
     need = need_for(busiest.peak.total_bytes, busiest.host_bytes, b.params.total, dev, nproc)
@@ -278,13 +283,14 @@ def _run_distributed(
     with Progress("memcalc measure", mode=mode_of(quiet)) as progress:
         results = launch(request, nproc, timeout_s=timeout or DEFAULT_TIMEOUT_S, progress=progress)
     measurements = [Measurement.from_dict(r) for r in results]
+    titan = setup.framework_def.version if impl.value == "torchtitan" else ""
     ranks = compare_ranks(b, measurements, setup.parallel)
     ok = all(r.within(tolerance) for rank in ranks for r in rank.rows)
     m = measurements[0]
     head = (
         f"{spec.name} ({m.impl}), {nproc} ranks under torchrun on {kind} "
         f"({'nccl' if kind == 'cuda' else 'gloo'}): batch {setup.batch}, seq {setup.seq}, "
-        f"{setup.precision.value}; {mechanism(setup.parallel)}; "
+        f"{setup.precision.value}; {mechanism(setup.parallel, titan)}; "
         f"recompute {m.strategy}; tolerance {tolerance:.0%}"
     )
     if fmt == "json":
@@ -295,7 +301,7 @@ def _run_distributed(
                 "strategy": m.strategy,
                 "nproc": nproc,
                 "layout": setup.parallel.describe(),
-                "mechanism": mechanism(setup.parallel),
+                "mechanism": mechanism(setup.parallel, titan),
                 "tolerance": tolerance,
                 "ranks": [
                     {

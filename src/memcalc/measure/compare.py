@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memcalc.estimate import Breakdown, Options, estimate
-from memcalc.frameworks import FrameworkName
+from memcalc.frameworks import FrameworkName, ModelCode
 from memcalc.graph.lower import lower
 from memcalc.measure.runner import Measurement
 from memcalc.profiles import GpuProfile
@@ -47,8 +47,9 @@ def estimate_for(
     """The estimate to compare with a measurement on ``device`` (CPU kernels lowered as CPU)."""
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
-    if setup.parallel.world_size > 1:  # measure runs torch's DTensor and pipelining
-        setup = setup.replace(framework=FrameworkName.hf)
+    code = setup.framework_def.model_code
+    if setup.parallel.world_size > 1 and code is not ModelCode.torchtitan:
+        setup = setup.replace(framework=FrameworkName.hf)  # torch's DTensor and pipelining
     kind = "cpu" if device.startswith("cpu") else "cuda"
     graph = lower(spec, setup, device=kind)
     return estimate(spec, setup, gpu, options, graph=graph, device=kind)

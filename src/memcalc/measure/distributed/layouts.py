@@ -126,8 +126,12 @@ def check_layout(
         )
 
 
-def mechanism(par: Parallelism) -> str:
-    """The torch mechanism that runs ``par`` (for the report)."""
+def mechanism(par: Parallelism, titan: str = "") -> str:
+    """The torch mechanism that runs ``par`` (for the report); ``titan``: torchtitan's
+    version, whose parallelize function runs it."""
+    if titan:
+        dims = [f"{n} {getattr(par, n)}" for n in ("dp", "tp") if getattr(par, n) > 1]
+        return f"torchtitan {titan} parallelize_llama ({', '.join(dims)}; FSDP2 over dp)"
     if par.tp > 1:
         return "DTensor tensor parallel" + (" + sequence parallel" if par.sequence_parallel else "")
     if par.pp > 1:
@@ -183,10 +187,14 @@ def data_parallel(model: nn.Module, par: Parallelism, device: torch.device) -> A
     )
 
 
-def fully_sharded(model: nn.Module, par: Parallelism, device: torch.device) -> Applied:
-    """FSDP2 on every block, then the root; the unsharded parameters are not activations."""
+def fully_sharded(
+    model: nn.Module, par: Parallelism, device: torch.device, mixed: bool = False
+) -> Applied:
+    """FSDP2 on every block, then the root; the unsharded parameters are not activations.
+    ``mixed``: with ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``
+    (``--precision fsdp-bf16``) over the fp32 parameters."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     shard = par.shard_ranks
     if shard == par.dp:
@@ -195,15 +203,17 @@ def fully_sharded(model: nn.Module, par: Parallelism, device: torch.device) -> A
         mesh = init_device_mesh(
             device.type, (par.dp // shard, shard), mesh_dim_names=("replicate", "shard")
         )
+    policy = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if mixed else None
+    kwargs: dict[str, Any] = {"mesh": mesh} | ({"mp_policy": policy} if policy else {})
     parent, attr = layer_list(model)
     for block in getattr(parent, attr):
         # a segment's member (strategies._Member) runs its block only from the segment's last
         # member: the group goes on the block itself
         block = block.block if isinstance(block, _Member) else block
-        fully_shard(block, mesh=mesh, reshard_after_forward=par.fsdp_reshard)
+        fully_shard(block, reshard_after_forward=par.fsdp_reshard, **kwargs)
     # the root keeps torch's default (None: not resharded after forward, since backward needs
     # it first), as torch's documentation recommends
-    fully_shard(model, mesh=mesh)
+    fully_shard(model, **kwargs)
 
     def unsharded() -> list[torch.Tensor]:
         out: list[torch.Tensor] = []

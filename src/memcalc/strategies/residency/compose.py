@@ -6,12 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memcalc.frameworks import PipelineRuntime, TensorParallel
+from memcalc.frameworks.features import FsdpGroups
 from memcalc.graph.ops import OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.pipeline import Stage
 from memcalc.strategies.residency.ddp import BucketViewGradients, DdpBuckets
 from memcalc.strategies.residency.fsdp2 import Fsdp2Gradients, Fsdp2Params, NoGather
+from memcalc.strategies.residency.fsdp2_groups import SplitRootGradients, SplitRootParams
 from memcalc.strategies.residency.gradients import ResidentGradients, ShardedGradients
 from memcalc.strategies.residency.moments import GradientTotals
 from memcalc.strategies.residency.offload import OffloadedGradients
@@ -38,7 +40,7 @@ TENSOR_PARALLEL: dict[TensorParallel, Callable[..., TensorParallelExtras]] = {
 }
 
 Gradients = ResidentGradients | OffloadedGradients
-Params = Fsdp2Params | NoGather
+Params = Fsdp2Params | SplitRootParams | NoGather
 
 
 @dataclass(frozen=True)
@@ -52,12 +54,15 @@ class Residency:
     tensor_parallel: TensorParallelExtras
     ddp: DdpBuckets | None
     """DDP's buckets (data-parallel without ZeRO)."""
+    module_buffer_bytes: int = 0
+    """The model's own buffers (torchtitan's RoPE caches)."""
 
     @property
     def buffer_bytes(self) -> int:
-        """Bytes on the GPU for the whole step beside the parameters: DDP's buckets and the
-        pipeline's receive buffers."""
-        return (self.ddp.buffer_bytes if self.ddp else 0) + self.pipeline.buffer_bytes
+        """Bytes on the GPU for the whole step beside the parameters: DDP's buckets, the
+        pipeline's receive buffers and the model's buffers."""
+        ddp = self.ddp.buffer_bytes if self.ddp else 0
+        return ddp + self.pipeline.buffer_bytes + self.module_buffer_bytes
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -65,6 +70,9 @@ class Residency:
             self.ddp.note if self.ddp else "",
             self.pipeline.note,
             self.tensor_parallel.note,
+            f"model buffers (RoPE caches) {self.module_buffer_bytes} bytes for the whole step"
+            if self.module_buffer_bytes
+            else "",
         )
         return tuple(p for p in parts if p)
 
@@ -91,6 +99,40 @@ def pipeline_retention(graph: OpGraph, setup: TrainingSetup, stage: Stage) -> Pi
     return runtime(graph, par.microbatches, stage)
 
 
+def fsdp2_groups(
+    graph: OpGraph,
+    setup: TrainingSetup,
+    counts: ParamCounts,
+    sharding: Sharding,
+    totals: GradientTotals,
+) -> tuple[Params, ResidentGradients]:
+    """FSDP2's gathered weights and gradients under the framework's grouping: the root group
+    of everything outside the blocks (``fully_shard`` per block, then the model), or
+    torchtitan's embedding and ``[norm, lm_head]`` groups (``fsdp2_groups.py``); weights are
+    gathered in the recipe's ``param_dtype``."""
+    par, fw = setup.parallel, setup.framework_def
+    block_numel = tuple(b.param_numel for b in graph.kinds)
+    gathered = setup.precision.gathered_dtype.itemsize
+    g = setup.gradient_dtype.itemsize
+    # unsharded gradients: in param_dtype under a MixedPrecisionPolicy, else the gradients'
+    unsharded = gathered if setup.precision.is_fsdp_policy else g
+    head = sum(w.numel for op in graph.epilogue for w in op.weights)
+    if fw.fsdp_groups is FsdpGroups.torchtitan and head:
+        embedding = counts.total - graph.layout.total(block_numel) - head
+        return (
+            SplitRootParams(embedding, head, block_numel, graph.layout, gathered, par.fsdp_reshard),
+            SplitRootGradients(totals, sharding, g, unsharded, fw.grads_kept),
+        )
+    params = Fsdp2Params(
+        counts.total - graph.layout.total(block_numel),
+        block_numel,
+        graph.layout,
+        gathered,
+        par.fsdp_reshard,
+    )
+    return params, Fsdp2Gradients(totals, sharding, g, unsharded)
+
+
 def compose(
     graph: OpGraph,
     setup: TrainingSetup,
@@ -109,20 +151,13 @@ def compose(
     host."""
     par = setup.parallel
     ddp = None
-    if par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed:
+    if par.dp > 1 and sharding.stage == 0 and not setup.precision.is_mixed:
         ddp = DdpBuckets(counts.grad_bytes(setup.gradient_dtype.itemsize), par.bucket_view)
     gradients: ResidentGradients
     params: Params = NoGather()
-    if sharding.shards_parameters:
-        gradients = Fsdp2Gradients(totals, sharding)
-        block_numel = tuple(b.param_numel for b in graph.kinds)
-        params = Fsdp2Params(
-            counts.total - graph.layout.total(block_numel),
-            block_numel,
-            graph.layout,
-            setup.weight_dtype.itemsize,
-            par.fsdp_reshard,
-        )
+    fw = setup.framework_def
+    if sharding.shards_parameters or (fw.always_fsdp and sharding.stage >= 3):
+        params, gradients = fsdp2_groups(graph, setup, counts, sharding, totals)
     elif sharding.shards_gradients:
         gradients = ShardedGradients(totals, sharding)
     elif ddp is not None and ddp.bucket_view:
@@ -130,4 +165,4 @@ def compose(
     else:
         gradients = ResidentGradients(totals)
     held: Gradients = gradients if grads_resident else OffloadedGradients(gradients, grads_cap)
-    return Residency(held, params, pipeline, tensor_parallel, ddp)
+    return Residency(held, params, pipeline, tensor_parallel, ddp, graph.buffer_bytes)
