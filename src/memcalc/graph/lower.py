@@ -299,4 +299,19 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         logits,
         transient,
         tuple(span_inputs),
+        tuple(registration_order(blk, impl.module_order) for blk in kinds),
     )
+
+
+def registration_order(blk: Block, module_order: tuple[str, ...]) -> tuple[str, ...]:
+    """The block's weight names in ``model.parameters()`` order: each takes the place of the
+    first of the family's ``module_order`` prefixes it starts with (forward order among equals,
+    and for a family that lists none)."""
+    names = [w.name for op in blk.ops for w in op.weights]
+
+    def rank(name: str) -> int:
+        return next(
+            (j for j, p in enumerate(module_order) if name.startswith(p)), len(module_order)
+        )
+
+    return tuple(sorted(names, key=rank)) if module_order else tuple(names)
