@@ -14,7 +14,13 @@ import click
 
 from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_MFU, MIN_MFU
-from memcalc.frameworks import FRAMEWORKS, PARALLEL_IMPL_FRAMEWORKS, FrameworkName, TensorParallel
+from memcalc.frameworks import (
+    FRAMEWORKS,
+    PARALLEL_IMPL_FRAMEWORKS,
+    FrameworkName,
+    ShardingEngine,
+    TensorParallel,
+)
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
 from memcalc.spec.finetune import Quantize
@@ -296,6 +302,25 @@ layout_options = options(
     ),
 )
 
+engine_options = options(
+    click.option(
+        "--zero-engine",
+        type=EnumChoice(ShardingEngine),
+        default=None,
+        help="What implements data parallelism and ZeRO: torch (DDP / FSDP2, the default) or "
+        "deepspeed (DeepSpeed's ZeRO engine: its flat buffers, buckets, ZeRO-3 coordinator and "
+        "offload; needs --zero 1, 2 or 3).",
+    ),
+    click.option(
+        "--ds",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="A DeepSpeed zero_optimization setting under --zero-engine deepspeed, by its JSON "
+        "name (reduce_bucket_size=1e5, overlap_comm=true, stage3_max_reuse_distance=0, "
+        "torch_adam=true, ...); repeatable. Default: DeepSpeed's.",
+    ),
+)
+
 finetune_options = options(
     click.option(
         "--lora-rank", type=int, default=None, help="LoRA on a frozen base with this rank (PEFT)."
@@ -504,10 +529,23 @@ def setup_fields(values: dict[str, Any]) -> dict[str, Any]:
     fields |= finetune_fields(values)
     if "framework" in values:
         fields["framework"] = framework_field(values)
+    fields |= engine_fields(values)
     if "foreach" in values:
         fields["optimizer_foreach"] = values["foreach"]
     if "fused" in values:
         fields["optimizer_fused"] = values["fused"]
+    return fields
+
+
+def engine_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The sharding-engine fields (``--zero-engine``, ``--ds``) of option values."""
+    from memcalc.spec.deepspeed import parse_settings
+
+    fields: dict[str, Any] = {}
+    if values.get("zero_engine") is not None:
+        fields["zero_engine"] = values["zero_engine"]
+    if values.get("ds"):
+        fields["deepspeed"] = parse_settings(list(values["ds"]))
     return fields
 
 

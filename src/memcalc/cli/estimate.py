@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from memcalc.cli.common import (
+    engine_options,
     finetune_options,
     fit_options,
     gpu_memory_option,
@@ -37,6 +38,7 @@ Examples:
   memcalc estimate --model llama-3-8b --gpu 4090 --seq 2048 --lora-rank 16 --quantize nf4
   memcalc estimate --model path/to/config.json --format json
   memcalc estimate --model llama-3-8b --seq 8192 --wide --plot strategies.svg
+  memcalc estimate --model llama-2-7b --seq 4096 --dp 8 --zero 3 --zero-engine deepspeed
 """
 
 
@@ -46,6 +48,7 @@ Examples:
 @gpu_memory_option
 @setup_options
 @layout_options
+@engine_options
 @finetune_options
 @routing_options
 @strategy_options

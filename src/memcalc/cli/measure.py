@@ -10,6 +10,8 @@ import click
 from memcalc.cli.common import (
     LAYOUT_KEYS,
     EnumChoice,
+    engine_fields,
+    engine_options,
     finetune_fields,
     finetune_options,
     framework_field,
@@ -22,7 +24,7 @@ from memcalc.cli.common import (
 from memcalc.errors import MemcalcError
 from memcalc.install_hints import torch_missing
 from memcalc.measure.limits import BATCH_MAX, SEED_MAX
-from memcalc.spec.training import Attention, OptimizerKind, Precision
+from memcalc.spec.training import Attention, GradDType, OptimizerKind, Precision
 from memcalc.strategies.recompute import Recompute
 
 TORCH_MISSING = torch_missing("measure")
@@ -33,6 +35,8 @@ Examples:
   memcalc measure --model tests/data/hf/tiny/mistral.json --framework hf --lora-rank 8
   memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --zero 3 --dp 2
   memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --tp 2
+  memcalc measure --model tests/data/deepspeed/tiny-b.toml --framework hf --batch 2 --seq 32
+      --nproc 2 --dp 2 --zero 2 --zero-engine deepspeed --precision bf16-mixed
 """
 
 
@@ -60,6 +64,13 @@ Examples:
     default=Precision.fp32.value,
     show_default=True,
     help="Precision recipe.",
+)
+@click.option(
+    "--grad-dtype",
+    type=EnumChoice(GradDType),
+    default=None,
+    help="Gradient accumulation dtype under -mixed (DeepSpeed's data_types.grad_accum_dtype; "
+    "--zero-engine deepspeed only).",
 )
 @click.option(
     "--optimizer",
@@ -145,6 +156,7 @@ Examples:
     help="Seconds a --nproc run may take (default 600).",
 )
 @layout_options
+@engine_options
 def measure_command(**values: Any) -> None:
     """Run one warm-up and one measured training step; print estimate vs measured.
 
@@ -172,8 +184,16 @@ def measure_command(**values: Any) -> None:
         "input_grads",
     ):
         values.pop(key)
-    layout = layout_fields(values)
-    for key in (*LAYOUT_KEYS, "fsdp_reshard"):
+    layout = layout_fields(values) | engine_fields(values)
+    if values["grad_dtype"] is not None:
+        if "zero_engine" not in layout:
+            raise MemcalcError(
+                "--grad-dtype: measured under --zero-engine deepspeed only (torch's runs keep "
+                "fp32 main gradients under -mixed)"
+            )
+        layout["grad_dtype"] = values["grad_dtype"].value
+    values.pop("grad_dtype")
+    for key in (*LAYOUT_KEYS, "fsdp_reshard", "zero_engine", "ds"):
         values.pop(key, None)
     values["impl"] = measured_code(framework_field(values), values["impl"])
     values.pop("framework")
