@@ -3,8 +3,8 @@ against DeepSpeed itself, per rank, on 2 CPU ranks (DeepSpeed's CPU accelerator,
 byte counts: ``memcalc measure --zero-engine deepspeed --nproc 2``), as a markdown table.
 
 Each case is a DeepSpeed JSON config: DeepSpeed runs it, and memcalc reads the same JSON
-(``strategies/residency/deepspeed/ds_json.py``) into its options. Done means, on every rank:
-parameters, gradients and optimizer states exact, stored activations within 1%, the step's
+(``--config ds.json``, ``memcalc/configs/deepspeed.py``) into its options. Done means, on every
+rank: parameters, gradients and optimizer states exact, stored activations within 1%, the step's
 peak within 2%. Two configs: DeepSpeed's defaults (a 5e8-element gradient bucket, which
 dominates these small models' peak) and small buckets (``reduce_bucket_size`` and
 ``stage3_prefetch_bucket_size`` 1e5: several reductions per backward, the peak set by the
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +31,16 @@ from _requires import require
 require("torch", "transformers", "deepspeed")
 
 from memcalc.estimate import Options
+from memcalc.inputs import catalog, keyword_values, with_configs
+from memcalc.inputs.read import setup_fields
 from memcalc.measure.build import Impl
 from memcalc.measure.compare import compare_ranks, estimate_for, estimates_by_rank
 from memcalc.measure.distributed.launch import DEEPSPEED_TIMEOUT_S, Request, launch
 from memcalc.measure.runner import Measurement
 from memcalc.profiles import load_profile
-from memcalc.spec.deepspeed import parse_settings
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute
-from memcalc.strategies.residency.deepspeed.ds_json import deepspeed_options
 
 MODEL = "tests/data/deepspeed/tiny-c.toml"
 SEQ = 32
@@ -67,13 +69,17 @@ def ds_json(stage: int, dtype: str, offload: bool, extra: dict[str, Any]) -> dic
     return cfg
 
 
-def run_case(cfg: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
-    """Measure one config on RANKS ranks; each rank's rows."""
-    opts, warnings = deepspeed_options(cfg)
-    assert not warnings, warnings
-    offload = tuple(Offload.parse(o) for o in opts.pop("offload", []))
-    ds = opts.pop("ds", [])
-    setup = training_setup(seq=SEQ, dp=RANKS, **opts, deepspeed=parse_settings(ds) if ds else None)
+def run_case(cfg: dict[str, Any], tmp: Path) -> list[tuple[int, dict[str, Any]]]:
+    """Measure one config on RANKS ranks; each rank's rows. memcalc reads the config as
+    ``memcalc estimate --config ds.json --seq SEQ --dp RANKS`` does."""
+    path = tmp / "ds.json"
+    path.write_text(json.dumps(cfg))
+    given = {"model": MODEL, "config": [str(path)], "seq": SEQ, "dp": RANKS}
+    values, names = keyword_values(catalog.ESTIMATE, "estimate", given)
+    merged, names, said = with_configs(values, names, catalog.ESTIMATE, "estimate")
+    assert not said[1:], said  # the "read as" note only: every key is modelled
+    offload = tuple(Offload.parse(o) for o in merged["offload"])
+    setup = training_setup(**setup_fields(merged))
     spec = load_model(MODEL)
     gpu = load_profile("h100-sxm-80gb")
     options = Options(offload=offload)
@@ -128,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for config, stage, dtype, offload in grid:
         case = f"{config}, {stage}, {dtype}, {'cpu' if offload else '-'}"
-        for rank, rows in run_case(ds_json(stage, dtype, offload, CONFIGS[config])):
+        with tempfile.TemporaryDirectory() as tmp:
+            measured = run_case(ds_json(stage, dtype, offload, CONFIGS[config]), Path(tmp))
+        for rank, rows in measured:
             lines.append(table_row(case, rank, rows))
             ok &= verdict(rows)
             print(lines[-1], flush=True)

@@ -12,11 +12,13 @@ so these tests need no torch. The run itself is the slow test at the end.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 import pytest
 
 from conftest import DATA, run_cli
+from memcalc.configs import read_config
 from memcalc.estimate import Options, estimate
 from memcalc.graph.lower import lower
 from memcalc.profiles import load_profile
@@ -25,7 +27,6 @@ from memcalc.spec.loaders import load_model
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.offload import Offload
-from memcalc.strategies.residency.deepspeed.ds_json import deepspeed_options
 from memcalc.strategies.residency.deepspeed.fetch import Coordinator, trace_calls
 from memcalc.strategies.residency.deepspeed.flat import FlatGroup
 from memcalc.strategies.residency.deepspeed.trace import param_trace
@@ -144,24 +145,30 @@ def test_zero1_bf16_with_fp32_accumulation_is_the_bf16_optimizer():
     assert abs(b.peak.total_bytes - 24096982) / 24096982 <= PEAK_TOLERANCE
 
 
-def test_deepspeed_json_maps_to_options():
-    opts, warnings = deepspeed_options(
-        {
-            "train_micro_batch_size_per_gpu": 4,
-            "gradient_accumulation_steps": 8,
-            "bf16": {"enabled": True},
-            "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}},
-            "zero_optimization": {
-                "stage": 2,
-                "reduce_bucket_size": 5e7,
-                "overlap_comm": True,
-                "offload_optimizer": {"device": "cpu", "pin_memory": False},
-                "zenflow": {},
-            },
-            "fp8": {"enabled": True},
-        }
+def test_deepspeed_json_is_the_engine_and_its_settings(tmp_path):
+    """``--config ds.json`` (memcalc.configs.deepspeed): a ZeRO stage runs under DeepSpeed's
+    engine, and the zero_optimization keys it models are its ``--ds`` settings."""
+    path = tmp_path / "ds.json"
+    path.write_text(
+        json.dumps(
+            {
+                "train_micro_batch_size_per_gpu": 4,
+                "gradient_accumulation_steps": 8,
+                "bf16": {"enabled": True},
+                "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}},
+                "zero_optimization": {
+                    "stage": 2,
+                    "reduce_bucket_size": 5e7,
+                    "overlap_comm": True,
+                    "offload_optimizer": {"device": "cpu", "pin_memory": False},
+                    "zenflow": {},
+                },
+                "fp8": {"enabled": True},
+            }
+        )
     )
-    assert opts == {
+    read = read_config(path)
+    assert read.options == {
         "batch": 4,
         "microbatches": 8,
         "precision": "bf16-mixed",
@@ -176,9 +183,47 @@ def test_deepspeed_json_maps_to_options():
         ],
         "optimizer": "adamw",
     }
-    assert len(warnings) == 2 and "zenflow" in warnings[0] and "fp8" in warnings[1]
-    cfg = parse_settings(opts["ds"])
+    assert len(read.warnings) == 2
+    assert "zero_optimization.zenflow" in read.warnings[0] and "fp8" in read.warnings[1]
+    cfg = parse_settings(read.options["ds"])
     assert (cfg.reduce_bucket_size, cfg.overlap_comm, cfg.torch_adam) == (50_000_000, True, True)
+    flags = [
+        *("--batch", "4", "--precision", "bf16-mixed", "--zero", "2"),
+        *("--zero-engine", "deepspeed", "--offload", "optimizer=cpu", "--optimizer", "adamw"),
+        *("--ds", "offload_optimizer_pin_memory=false", "--ds", "reduce_bucket_size=5e7"),
+        *("--ds", "overlap_comm=true", "--ds", "torch_adam=true"),
+    ]
+    base = ["--model", "llama-2-7b", "--dp", "8", "--seq", "2048", "--format", "json"]
+    refused = run_cli("estimate", *base, "--config", str(path))
+    assert refused.exit_code == 2 and refused.stderr.splitlines()[-1] == (
+        "error: --microbatches: gradient accumulation with DeepSpeed's offload "
+        "(async_accumulate_grad_in_cpu_via_gpu) is not modelled; --zero-engine torch estimates "
+        "it under torch's ZeRO"
+    )
+    base += ["--microbatches", "1"]  # a flag overrides the file
+    with_config = run_cli("estimate", *base, "--config", str(path))
+    with_flags = run_cli("estimate", *base, *flags)
+    assert with_config.exit_code == 0, with_config.stderr
+    assert json.loads(with_config.stdout) == json.loads(with_flags.stdout)
+    assert json.loads(with_config.stdout)["layout"]["zero_engine"] == "deepspeed"
+
+
+def test_deepspeed_json_the_engine_does_not_model_stays_torch(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(
+        json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})
+    )
+    read = read_config(path)
+    assert "zero_engine" not in read.options and read.options["zero"] == 3
+    assert read.warnings[-1].endswith(
+        "zero_optimization: DeepSpeed's ZeRO engine with NVMe offload (DeepSpeed's swapper) is "
+        "not modelled: estimated under torch's ZeRO"
+    )
+    path.write_text(json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_size": 0}}))
+    r = run_cli("estimate", "--config", str(path))
+    assert r.exit_code == 2 and r.stderr.strip().startswith(
+        f"error: --config {path}: zero_optimization.reduce_bucket_size: "
+    )
 
 
 def test_bad_settings_are_one_line_errors():
@@ -252,8 +297,6 @@ def test_measure_runs_deepspeed_and_matches_per_rank():
         "json",
     )
     assert r.exit_code == 0, r.stdout + r.stderr
-    import json
-
     ranks = json.loads(r.stdout)["ranks"]
     for rank in ranks:
         rows = {row["component"]: row for row in rank["rows"]}

@@ -6,7 +6,7 @@ config.py`` ``DeepSpeedZeroConfig``, ``offload_config.py``; DeepSpeed 0.19.8), p
 stage, the offload devices, the precision (``bf16`` / ``fp16``), ``data_types.grad_accum_dtype``,
 the micro-batch and ``gradient_accumulation_steps`` are memcalc's own options (``--zero``,
 ``--offload``, ``--precision``, ``--grad-dtype``, ``--batch``, ``--microbatches``);
-``strategies/residency/deepspeed/ds_json.py`` maps a whole DeepSpeed JSON onto both.
+``memcalc/configs/deepspeed.py`` (``--config ds.json``) maps a whole DeepSpeed JSON onto both.
 
 >>> DeepSpeedZero().reduce_bucket_size, DeepSpeedZero().overlap(3), DeepSpeedZero().overlap(2)
 (500000000, True, False)

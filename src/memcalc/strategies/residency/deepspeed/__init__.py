@@ -10,7 +10,6 @@ at each moment of the step.
   gradient accumulation;
 * ``zero3.py`` -- ZeRO-3's partitions, gradients and step; ``fetch.py`` -- its parameter
   coordinator (fetch, prefetch, release);
-* ``ds_json.py`` -- a DeepSpeed JSON config as memcalc options.
 
 Every rule cites the DeepSpeed function it mirrors. Where CUDA and the CPU accelerator differ
 (gloo's reduce-scatter copy, pinned host buffers) the GPU estimate follows CUDA and the CPU

@@ -339,7 +339,8 @@ def _check(inp: RankInputs) -> None:
     if par.microbatches > 1 and any(o.what is not OffloadWhat.activations for o in inp.offloads):
         raise MemcalcError(
             "--microbatches: gradient accumulation with DeepSpeed's offload "
-            "(async_accumulate_grad_in_cpu_via_gpu) is not modelled"
+            "(async_accumulate_grad_in_cpu_via_gpu) is not modelled; --zero-engine torch "
+            "estimates it under torch's ZeRO"
         )
     accum_fp32 = setup.gradient_dtype is DType.fp32 and setup.weight_dtype is not DType.fp32
     if accum_fp32 and par.zero == 2:
