@@ -216,8 +216,8 @@ def test_deepspeed_json_the_engine_does_not_model_stays_torch(tmp_path):
     read = read_config(path)
     assert "zero_engine" not in read.options and read.options["zero"] == 3
     assert read.warnings[-1].endswith(
-        "zero_optimization: DeepSpeed's ZeRO engine with NVMe offload (DeepSpeed's swapper) is "
-        "not modelled: estimated under torch's ZeRO"
+        "zero_optimization: DeepSpeed's ZeRO engine with NVMe offload (DeepSpeed's swapper) not "
+        "modelled: estimated under torch's ZeRO"
     )
     path.write_text(json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_size": 0}}))
     r = run_cli("estimate", "--config", str(path))

@@ -14,7 +14,8 @@ A ZeRO stage runs under DeepSpeed's own engine (``zero_engine`` deepspeed,
 (its buckets, ``overlap_comm``, ZeRO-3's prefetch / persistence / reuse limits, sub-groups,
 pinned offload buffers; ``spec/deepspeed.py``), ``communication_data_type`` and the optimizer's
 ``torch_adam`` become its ``ds`` settings (``--ds KEY=VALUE``). What that engine does not model
-(NVMe offload, an optimizer other than Adam / AdamW) is a warning and the stage is estimated
+(NVMe offload, ``contiguous_gradients`` false, an optimizer other than Adam / AdamW) is a
+warning and the stage is estimated
 under torch's ZeRO instead.
 """
 
@@ -122,7 +123,7 @@ def read_deepspeed(data: Mapping[str, Any], path: Path) -> ConfigFile:
     communication = f.raw("communication_data_type")
     if communication not in (None, AUTO):
         ds.append(f"communication_data_type={communication}")
-    _engine(f, ds)
+    run_under_deepspeed(f, ds)
     for key, why in UNMODELLED.items():
         if f.has(key) and f.raw(key) not in ({}, False):
             f.unmodelled(key, why)
@@ -136,19 +137,21 @@ def read_deepspeed(data: Mapping[str, Any], path: Path) -> ConfigFile:
     return result
 
 
-def _engine(f: Fields, ds: list[str]) -> None:
+def run_under_deepspeed(f: Fields, ds: list[str]) -> None:
     """A ZeRO stage under DeepSpeed's engine with the file's settings (checked here, so that a
     bad one names the file), unless the file asks for what that engine is not modelled for."""
     options = f.result.options
+    options.pop("zero_engine", None)  # a nested file's (accelerate's zero_stage decides)
+    options.pop("ds", None)
     if not options.get("zero"):
         return
     why = None
-    if "optimizer=nvme" in options.get("offload", ()) or "params=nvme" in options.get(
-        "offload", ()
-    ):
-        why = "NVMe offload (DeepSpeed's swapper) is not modelled"
+    if "optimizer=nvme" in options.get("offload", ()):
+        why = "NVMe offload (DeepSpeed's swapper) not modelled"
+    elif "contiguous_gradients=false" in ds:
+        why = "contiguous_gradients false (its non-contiguous reduction path) not modelled"
     elif options.get("optimizer", "adamw") != "adamw":
-        why = f"its {options['optimizer']} optimizer is not modelled"
+        why = f"its {options['optimizer']} optimizer not modelled"
     if why is not None:
         f.unmodelled(
             "zero_optimization", f"DeepSpeed's ZeRO engine with {why}: estimated under torch's ZeRO"
