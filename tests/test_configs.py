@@ -119,15 +119,16 @@ def test_fsdp1_forward_prefetch_is_a_warning():
 # shipped: DeepSpeed's ZeRO templates
 
 DEEPSPEED_TEMPLATES = {
-    "template_zero0.json": ["--zero", "0"],
+    # no bf16 / fp16 section: DeepSpeed trains in fp32
+    "template_zero0.json": ["--zero", "0", "--precision", "fp32"],
     # a ZeRO stage runs under DeepSpeed's engine, its buckets as --ds settings
     "template_zero1.json": [
-        *("--zero", "1", "--zero-engine", "deepspeed"),
+        *("--zero", "1", "--zero-engine", "deepspeed", "--precision", "fp32"),
         *("--ds", "reduce_bucket_size=5e8", "--ds", "allgather_bucket_size=5e8"),
     ],
     # contiguous_gradients false: DeepSpeed's non-contiguous path is not modelled, torch's ZeRO
-    "template_zero2.json": ["--zero", "2"],
-    "template_zero3.json": ["--zero", "3"],
+    "template_zero2.json": ["--zero", "2", "--precision", "fp32"],
+    "template_zero3.json": ["--zero", "3", "--precision", "fp32"],
 }
 
 
@@ -149,6 +150,7 @@ def test_deepspeed_what_its_engine_does_not_model_is_named():
     )
     one = read_config(shipped("deepspeed", "autotuning/config_templates/template_zero1.json"))
     assert one.warnings == [] and one.options == {
+        "precision": "fp32",
         "zero": 1,
         "zero_engine": "deepspeed",
         "ds": ["reduce_bucket_size=500000000", "allgather_bucket_size=500000000"],
@@ -474,6 +476,7 @@ def test_repeated_configs_merge_later_wins_and_says_so(tmp_path):
     )
     read = read_configs([a, b])
     assert read.options == {
+        "precision": "fp32",
         "zero": 3,
         "offload": ["optimizer=cpu", "params=cpu"],
         "zero_engine": "deepspeed",

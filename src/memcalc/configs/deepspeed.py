@@ -176,8 +176,8 @@ def _precision(f: Fields) -> None:
         f.set("precision", "bf16-mixed")
     elif fp16_on:
         f.set("precision", "fp16-mixed")
-    elif bf16_on is False and fp16_on is False:
-        f.set("precision", "fp32")
+    elif bf16_on is not None or fp16_on is not None or not (f.has("bf16") or f.has("fp16")):
+        f.set("precision", "fp32")  # neither enabled (nor "auto"): DeepSpeed trains in fp32
 
 
 def _zero(z: Fields) -> list[str]:
