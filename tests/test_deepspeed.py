@@ -153,7 +153,7 @@ def test_deepspeed_json_is_the_engine_and_its_settings(tmp_path):
         json.dumps(
             {
                 "train_micro_batch_size_per_gpu": 4,
-                "gradient_accumulation_steps": 8,
+                "gradient_accumulation_steps": 1,
                 "bf16": {"enabled": True},
                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}},
                 "zero_optimization": {
@@ -170,7 +170,7 @@ def test_deepspeed_json_is_the_engine_and_its_settings(tmp_path):
     read = read_config(path)
     assert read.options == {
         "batch": 4,
-        "microbatches": 8,
+        "microbatches": 1,
         "precision": "bf16-mixed",
         "zero": 2,
         "zero_engine": "deepspeed",
@@ -194,13 +194,12 @@ def test_deepspeed_json_is_the_engine_and_its_settings(tmp_path):
         *("--ds", "overlap_comm=true", "--ds", "torch_adam=true"),
     ]
     base = ["--model", "llama-2-7b", "--dp", "8", "--seq", "2048", "--format", "json"]
-    refused = run_cli("estimate", *base, "--config", str(path))
+    refused = run_cli("estimate", *base, *flags, "--microbatches", "8")
     assert refused.exit_code == 2 and refused.stderr.splitlines()[-1] == (
         "error: --microbatches: gradient accumulation with DeepSpeed's offload "
         "(async_accumulate_grad_in_cpu_via_gpu) is not modelled; --zero-engine torch estimates "
         "it under torch's ZeRO"
     )
-    base += ["--microbatches", "1"]  # a flag overrides the file
     with_config = run_cli("estimate", *base, "--config", str(path))
     with_flags = run_cli("estimate", *base, *flags)
     assert with_config.exit_code == 0, with_config.stderr
@@ -217,6 +216,19 @@ def test_deepspeed_json_the_engine_does_not_model_stays_torch(tmp_path):
     assert "zero_engine" not in read.options and read.options["zero"] == 3
     assert read.warnings[-1].endswith(
         "zero_optimization: DeepSpeed's ZeRO engine with NVMe offload (DeepSpeed's swapper) not "
+        "modelled: estimated under torch's ZeRO"
+    )
+    path.write_text(
+        json.dumps(
+            {
+                "gradient_accumulation_steps": 4,
+                "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+            }
+        )
+    )
+    read = read_config(path)
+    assert "zero_engine" not in read.options and read.warnings[-1].endswith(
+        "offload under gradient accumulation (async_accumulate_grad_in_cpu_via_gpu) not "
         "modelled: estimated under torch's ZeRO"
     )
     path.write_text(json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_size": 0}}))

@@ -14,9 +14,9 @@ A ZeRO stage runs under DeepSpeed's own engine (``zero_engine`` deepspeed,
 (its buckets, ``overlap_comm``, ZeRO-3's prefetch / persistence / reuse limits, sub-groups,
 pinned offload buffers; ``spec/deepspeed.py``), ``communication_data_type`` and the optimizer's
 ``torch_adam`` become its ``ds`` settings (``--ds KEY=VALUE``). What that engine does not model
-(NVMe offload, ``contiguous_gradients`` false, an optimizer other than Adam / AdamW) is a
-warning and the stage is estimated
-under torch's ZeRO instead.
+(NVMe offload, offload under gradient accumulation, ``contiguous_gradients`` false, an
+optimizer other than Adam / AdamW) is a warning and the stage is estimated under torch's ZeRO
+instead.
 """
 
 from __future__ import annotations
@@ -148,6 +148,11 @@ def run_under_deepspeed(f: Fields, ds: list[str]) -> None:
     why = None
     if "optimizer=nvme" in options.get("offload", ()):
         why = "NVMe offload (DeepSpeed's swapper) not modelled"
+    elif (options.get("microbatches") or 1) > 1 and options.get("offload"):
+        why = (
+            "offload under gradient accumulation (async_accumulate_grad_in_cpu_via_gpu) not "
+            "modelled"
+        )
     elif "contiguous_gradients=false" in ds:
         why = "contiguous_gradients false (its non-contiguous reduction path) not modelled"
     elif options.get("optimizer", "adamw") != "adamw":
