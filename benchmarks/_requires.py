@@ -11,6 +11,7 @@ HINTS = {
     "build you use)",
     "transformers": "pip install transformers",
     "torchtitan": "pip install -e '.[torchtitan]'",
+    "deepspeed": "DS_BUILD_OPS=0 pip install --no-build-isolation torch==2.13.0 -e '.[deepspeed]'",
 }
 
 

@@ -26,10 +26,11 @@ from memcalc.strategies.options import DEFAULT_MFU as DEFAULT_MFU
 from memcalc.strategies.options import MIN_MFU as MIN_MFU
 from memcalc.strategies.options import NO_STRATEGY, Options
 from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
-from memcalc.strategies.placement import Placement, gpu_activation_bytes, place
+from memcalc.strategies.placement import Placement, gpu_activation_bytes
 from memcalc.strategies.recompute import ActivationPlan
-from memcalc.strategies.residency import Residency, compose
-from memcalc.strategies.residency.compose import pipeline_retention, tensor_parallel_extras
+from memcalc.strategies.residency import Residency
+from memcalc.strategies.residency.compose import RankInputs, tensor_parallel_extras
+from memcalc.strategies.residency.engines import rank_of
 from memcalc.strategies.sharding import Sharding, sharding_of
 from memcalc.timeline import Moment, RankState, Timeline, gradient_totals, step_timeline
 
@@ -188,6 +189,7 @@ def estimate(
     *,
     graph: OpGraph | None = None,
     device: str = "cuda",
+    dp_rank: int | None = None,
 ) -> Breakdown:
     """The Breakdown of one training step of a ModelSpec (lowered to its op graph), for the
     most loaded GPU rank; with pipeline parallelism ``stages`` holds every stage's.
@@ -236,6 +238,7 @@ def estimate(
                 stage=st,
                 device=device,
                 embedding=(spec.vocab_size, spec.hidden_size) if st.is_first else None,
+                dp_rank=dp_rank,
             )
         results.append(done[key])
     worst = max(results, key=lambda b: b.peak_bytes)
@@ -310,11 +313,14 @@ def estimate_graph(
     stage: Stage | None = None,
     device: str = "cuda",
     embedding: tuple[int, int] | None = None,
+    dp_rank: int | None = None,
 ) -> Breakdown:
     """The Breakdown of one training step of any op graph (lowered or traced) with its
     parameter tensors' counts, on one rank of ``stage`` (the whole model without pipeline
     parallelism). ``embedding``: the (V, h) embedding table whose rows this rank holds (for
-    DTensor tensor parallelism, whose embedding gradient is the full table)."""
+    DTensor tensor parallelism, whose embedding gradient is the full table). ``dp_rank``: the
+    data-parallel rank to describe, where ranks differ (DeepSpeed ZeRO-1/2's partitions);
+    None: the most loaded."""
     par = setup.parallel
     if stage is None:
         k, later = in_flight(0, par)
@@ -329,30 +335,25 @@ def estimate_graph(
         graph.prologue_saved_bytes + graph.epilogue_saved_bytes,
         any(o.what is OffloadWhat.activations for o in options.offload),
     )
-    placed = place(
-        counts,
-        setup,
-        opt,
-        sharding,
-        options.offload,
-        gpu,
-        stored_activation_bytes=plan.stored_bytes,
-        kept_activation_bytes=gpu_acts,
-        in_flight=stage.in_flight,
-        microbatches=par.microbatches,
-        extra_grad_bytes=extra_grad_bytes,
-    )
     totals = gradient_totals(graph, counts, setup.gradient_dtype.itemsize, extra_grad_bytes)
-    rank = compose(
-        graph,
-        setup,
-        counts,
-        sharding,
-        totals,
-        pipeline=pipeline_retention(graph, setup, stage),
-        tensor_parallel=extras,
-        grads_resident=placed.grads_resident,
-        grads_cap=placed.gpu_gradient_bytes,
+    placed, rank = rank_of(
+        RankInputs(
+            graph,
+            setup,
+            counts,
+            opt,
+            sharding,
+            options.offload,
+            gpu,
+            stage,
+            extras,
+            totals,
+            plan.stored_bytes,
+            gpu_acts,
+            device,
+            dp_rank,
+            plan,
+        )
     )
     state = RankState(
         placed.gpu_parameter_bytes,

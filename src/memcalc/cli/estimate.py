@@ -22,6 +22,7 @@ Examples:
   memcalc estimate --model llama-3-8b --gpu 4090 --seq 2048 --lora-rank 16 --quantize nf4
   memcalc estimate --model path/to/config.json --format json
   memcalc estimate --model llama-3-8b --seq 8192 --wide --plot strategies.svg
+  memcalc estimate --model llama-2-7b --seq 4096 --dp 8 --zero 3 --zero-engine deepspeed
 """
 
 

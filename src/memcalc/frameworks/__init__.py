@@ -75,6 +75,44 @@ class ModelCode(str, Enum):
     """torchtitan's own models and ``parallelize_*`` functions (``measure/torchtitan/``)."""
 
 
+class ShardingEngine(str, Enum):
+    """What implements data parallelism and ZeRO sharding (``--zero-engine``). The residency
+    rules of each are in ``strategies/residency/`` (``compose.ENGINES``)."""
+
+    torch = "torch"
+    """PyTorch's own: DDP's buckets without ZeRO, ZeRO-1/2 as the ZeRO paper's 1/N shares,
+    FSDP2 at ZeRO-3 (what ``memcalc measure --nproc`` runs with torch)."""
+    deepspeed = "deepspeed"
+    """DeepSpeed's ZeRO engine (``deepspeed/runtime/zero/``): the flat padded 16-bit buffer and
+    fp32 master partition of ZeRO-1/2, per-parameter partitions, persistent parameters and the
+    parameter coordinator of ZeRO-3, its gradient buckets and offload buffers
+    (``strategies/residency/deepspeed/``)."""
+
+    @property
+    def builds_ops(self) -> bool:
+        """Its run compiles C++ ops on first use (DeepSpeed's JIT op builder)."""
+        return self is ShardingEngine.deepspeed
+
+    @property
+    def ranks_differ(self) -> bool:
+        """Its data-parallel ranks hold different bytes (DeepSpeed ZeRO-1/2: each rank's
+        partition boundary cuts other tensors)."""
+        return self is ShardingEngine.deepspeed
+
+    @property
+    def offloads_to_nvme(self) -> bool:
+        """memcalc models this engine's optimizer offload to NVMe (not DeepSpeed's swapper)."""
+        return self is ShardingEngine.torch
+
+    @property
+    def grads_in_model_dtype(self) -> bool:
+        """Gradients are reduced and accumulated in the model's dtype unless asked otherwise
+        (DeepSpeed: ``data_types.grad_accum_dtype`` defaults to the model dtype,
+        ``runtime/engine.py`` ``get_data_types``); torch's -mixed recipes keep fp32 main
+        gradients by default."""
+        return self is ShardingEngine.deepspeed
+
+
 class FrameworkName(str, Enum):
     """The frameworks memcalc models (``--framework``)."""
 
@@ -130,6 +168,8 @@ class Framework:
     an option the user did not give (said on stderr)."""
     unsharded_precision: str | None = None
     """The precision default when FSDP2 is not applied (one rank), if not ``defaults``'."""
+    sharding: ShardingEngine = ShardingEngine.torch
+    """The framework's own data-parallel / ZeRO engine (``--zero-engine`` chooses another)."""
 
     @property
     def label(self) -> str:
@@ -189,6 +229,18 @@ def framework(name: FrameworkName | str) -> Framework:
         return FRAMEWORKS[FrameworkName(str(getattr(name, "value", name)).lower())]
     except ValueError:
         raise one_of("--framework", name, [f.value for f in FrameworkName]) from None
+
+
+def sharding_engine(name: ShardingEngine | str) -> ShardingEngine:
+    """The sharding engine called ``name`` (any case).
+
+    >>> sharding_engine("DeepSpeed").value
+    'deepspeed'
+    """
+    try:
+        return ShardingEngine(str(getattr(name, "value", name)).lower())
+    except ValueError:
+        raise one_of("--zero-engine", name, [e.value for e in ShardingEngine]) from None
 
 
 def default_framework(tp: int, pp: int) -> Framework:

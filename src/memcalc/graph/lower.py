@@ -354,6 +354,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         logits,
         transient,
         tuple(span_inputs),
+        param_order=tuple(registration_order(blk, impl.module_order) for blk in kinds),
         buffer_bytes_per_layer=cache if per_layer else 0,
         buffer_bytes_shared=0 if per_layer else cache,
     )
@@ -365,3 +366,17 @@ def _rotary_cache_bytes(spec: ModelSpec, impl: Implementation, dims: Dims, seq: 
     if impl.rotary_cache is RotaryCache.none or spec.positions is not Positions.rotary:
         return 0
     return seq * (dims.d // 2 * 8 if impl.complex_rotary else 2 * dims.d * 4)
+
+
+def registration_order(blk: Block, module_order: tuple[str, ...]) -> tuple[str, ...]:
+    """The block's weight names in ``model.parameters()`` order: each takes the place of the
+    first of the family's ``module_order`` prefixes it starts with (forward order among equals,
+    and for a family that lists none)."""
+    names = [w.name for op in blk.ops for w in op.weights]
+
+    def rank(name: str) -> int:
+        return next(
+            (j for j, p in enumerate(module_order) if name.startswith(p)), len(module_order)
+        )
+
+    return tuple(sorted(names, key=rank)) if module_order else tuple(names)

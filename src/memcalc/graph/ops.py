@@ -296,6 +296,11 @@ class OpGraph:
 
     """Tensors of the prologue or ``checkpoint_extra_inputs`` that only the layers of some
     kinds read (one attention span's mask or rotary tables, when the model has two spans)."""
+    param_order: tuple[tuple[str, ...], ...] = field(default=())
+    """Per block kind, its weights' names in the order the framework's module registers them
+    (``model.parameters()``: HF's Llama layer registers its attention and MLP before its
+    norms); empty: the ops' forward order. What a flat parameter buffer follows (DeepSpeed
+    ZeRO-1/2's partitions)."""
 
     @classmethod
     def from_layers(

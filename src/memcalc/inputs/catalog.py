@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from memcalc.frameworks import PARALLEL_IMPL_FRAMEWORKS, FrameworkName
+from memcalc.frameworks import PARALLEL_IMPL_FRAMEWORKS, FrameworkName, ShardingEngine
 from memcalc.inputs.flags import (
     Flag,
     boolean,
@@ -240,6 +240,30 @@ LAYOUT = (
         hidden=True,
     ),
 )
+ENGINE = (
+    Flag(
+        "zero_engine",
+        ("--zero-engine",),
+        optional(choice_of(ShardingEngine)),
+        None,
+        "What implements data parallelism and ZeRO: torch (DDP / FSDP2, the default) or "
+        "deepspeed (DeepSpeed's ZeRO engine: its flat buffers, buckets, ZeRO-3 coordinator and "
+        "offload; needs --zero 1, 2 or 3). A DeepSpeed --config with a ZeRO stage sets it.",
+    ),
+    Flag(
+        "ds",
+        ("--ds",),
+        text,
+        (),
+        "A DeepSpeed zero_optimization setting under --zero-engine deepspeed, by its JSON "
+        "name (reduce_bucket_size=1e5, overlap_comm=true, stage3_max_reuse_distance=0, "
+        "torch_adam=true, ...); repeatable. Default: DeepSpeed's.",
+        multiple=True,
+        show_default=False,
+        metavar="KEY=VALUE",
+    ),
+)
+"""The sharding engine and DeepSpeed's settings (``spec/deepspeed.py``)."""
 FINETUNE = (
     Flag(
         "lora_rank",
@@ -348,6 +372,7 @@ ESTIMATE = (
     GPU_MEMORY,
     *SETUP,
     *LAYOUT,
+    *ENGINE,
     *FINETUNE,
     *ROUTING,
     *STRATEGY,

@@ -24,6 +24,7 @@ from memcalc.inputs.flags import Flag
 from memcalc.inputs.framework_defaults import framework_defaults
 from memcalc.profiles import GpuProfile, adhoc_profile, load_profile
 from memcalc.spec.compat import check, fallbacks
+from memcalc.spec.deepspeed import parse_settings
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
@@ -232,7 +233,7 @@ def setup_fields(values: Mapping[str, Any], said: list[str] | None = None) -> di
     deprecation notes go to ``said``."""
     fields = {k: values[k] for k in SETUP_KEYS if k in values}
     fields |= {new: values[old] for old, new in RENAMED.items() if old in values}
-    fields |= layout_fields(values) | finetune_fields(values)
+    fields |= layout_fields(values) | finetune_fields(values) | engine_fields(values)
     if "framework" in values:
         fields["framework"] = framework_field(values, said if said is not None else [])
     return fields
@@ -248,6 +249,17 @@ def layout_fields(values: Mapping[str, Any]) -> dict[str, Any]:
             raise MemcalcError("--gpus: the same as --dp; give one of them")
         fields["gpus"] = gpus
         del fields["dp"]
+    return fields
+
+
+def engine_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The sharding-engine fields (``--zero-engine``; ``--ds``: DeepSpeed's settings) of flag
+    values."""
+    fields: dict[str, Any] = {}
+    if values.get("zero_engine") is not None:
+        fields["zero_engine"] = values["zero_engine"]
+    if values.get("ds"):
+        fields["deepspeed"] = parse_settings(list(values["ds"]))
     return fields
 
 

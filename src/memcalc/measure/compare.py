@@ -42,9 +42,15 @@ class Row:
 
 
 def estimate_for(
-    spec: ModelSpec, setup: TrainingSetup, gpu: GpuProfile, options: Options, device: str
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    gpu: GpuProfile,
+    options: Options,
+    device: str,
+    dp_rank: int | None = None,
 ) -> Breakdown:
-    """The estimate to compare with a measurement on ``device`` (CPU kernels lowered as CPU)."""
+    """The estimate to compare with a measurement on ``device`` (CPU kernels lowered as CPU),
+    of data-parallel rank ``dp_rank`` where the engine's ranks differ (None: the busiest)."""
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
     code = setup.framework_def.model_code
@@ -52,7 +58,7 @@ def estimate_for(
         setup = setup.replace(framework=FrameworkName.hf)  # torch's DTensor and pipelining
     kind = "cpu" if device.startswith("cpu") else "cuda"
     graph = lower(spec, setup, device=kind)
-    return estimate(spec, setup, gpu, options, graph=graph, device=kind)
+    return estimate(spec, setup, gpu, options, graph=graph, device=kind, dp_rank=dp_rank)
 
 
 def compare(b: Breakdown, m: Measurement) -> list[Row]:
@@ -102,11 +108,32 @@ def rank_estimates(b: Breakdown, par: Parallelism) -> list[Breakdown]:
     return [stages[r // inner] if b.stages else b for r in range(par.world_size)]
 
 
+def estimates_by_rank(
+    b: Breakdown,
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    gpu: GpuProfile,
+    options: Options,
+    device: str,
+) -> list[Breakdown]:
+    """Every rank's estimate: ``rank_estimates`` of ``b``, or where the engine's
+    data-parallel ranks hold different bytes (DeepSpeed ZeRO-1/2's partitions) each rank's
+    own (the layout is data-parallel only there)."""
+    par = setup.parallel
+    if not setup.sharding_engine.ranks_differ:
+        return rank_estimates(b, par)
+    return [estimate_for(spec, setup, gpu, options, device, r) for r in range(par.world_size)]
+
+
 def compare_ranks(
-    b: Breakdown, measurements: list[Measurement], par: Parallelism
+    b: Breakdown,
+    measurements: list[Measurement],
+    par: Parallelism,
+    estimates: list[Breakdown] | None = None,
 ) -> list[RankRows]:
-    """Rows for every rank."""
+    """Rows for every rank (``estimates``: each rank's; default ``rank_estimates(b)``)."""
+    chosen = estimates if estimates is not None else rank_estimates(b, par)
     return [
         RankRows(r, e.stage, compare(e, m), m.notes)
-        for r, (e, m) in enumerate(zip(rank_estimates(b, par), measurements, strict=True))
+        for r, (e, m) in enumerate(zip(chosen, measurements, strict=True))
     ]

@@ -26,11 +26,20 @@ def layout_record(setup: TrainingSetup) -> dict[str, Any]:
     """The parallel layout as JSON: every field of ``Parallelism``, and ``parallel_impl`` --
     the old ``--parallel-impl`` value the setup amounts to: ``torch`` under a framework
     running DTensor (hf, reference), else ``megatron`` (its old default, also when no
-    framework is named)."""
+    framework is named). Under another sharding engine than the framework's, ``zero_engine``
+    and the engine's settings (``deepspeed``: every field of ``DeepSpeedZero``)."""
     par = setup.parallel
     named = setup.framework
     impl = PARALLEL_IMPL_OF[framework(named).tensor_parallel] if named else "megatron"
-    return {f.name: getattr(par, f.name) for f in dataclasses.fields(par)} | {"parallel_impl": impl}
+    out = {f.name: getattr(par, f.name) for f in dataclasses.fields(par)} | {"parallel_impl": impl}
+    if setup.sharding_engine is not setup.framework_def.sharding:
+        cfg = setup.deepspeed_config
+        out["zero_engine"] = setup.sharding_engine.value
+        out["deepspeed"] = {
+            f.name: getattr(getattr(cfg, f.name), "value", getattr(cfg, f.name))
+            for f in dataclasses.fields(cfg)
+        }
+    return out
 
 
 class Format(str, Enum):

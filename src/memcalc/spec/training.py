@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memcalc.dtypes import DType as DType  # re-exported: the vocabulary of specs
-from memcalc.frameworks import Framework, FrameworkName, default_framework, framework
+from memcalc.frameworks import (
+    Framework,
+    FrameworkName,
+    ShardingEngine,
+    default_framework,
+    framework,
+)
+from memcalc.spec.deepspeed import DeepSpeedZero
+from memcalc.spec.deepspeed import check_setup as check_deepspeed
 from memcalc.spec.finetune import LoraSpec, Quantize
 from memcalc.spec.parallel import SINGLE_GPU, Parallelism
 from memcalc.validate import FieldError, check, replace, spec_field
@@ -204,6 +212,16 @@ class TrainingSetup:
         "otherwise.",
         default=None,
     )
+    zero_engine: ShardingEngine | None = spec_field(
+        "What implements data parallelism and ZeRO (memcalc.frameworks.ShardingEngine): torch "
+        "(DDP / FSDP2) or deepspeed (DeepSpeed's ZeRO engine); None: the framework's own.",
+        default=None,
+    )
+    deepspeed: DeepSpeedZero | None = spec_field(
+        "DeepSpeed ZeRO settings (bucket sizes, overlap_comm, ZeRO-3 thresholds, ...) under "
+        "zero_engine deepspeed; None: DeepSpeed's defaults.",
+        default=None,
+    )
     moe_imbalance: float = spec_field(
         "MoE load imbalance: tokens the busiest expert receives as a multiple of its fair "
         "share t*k/E; scales the dispatch buffers and expert activations of a rank that holds "
@@ -272,6 +290,17 @@ class TrainingSetup:
                     "--framework torchtitan (which applies FSDP2 on one GPU too); on one GPU "
                     "use amp-bf16 (torch.autocast over fp32 weights)",
                 )
+        if self.sharding_engine is ShardingEngine.deepspeed:
+            par = self.parallel
+            check_deepspeed(
+                self.precision.value,
+                self.optimizer.value,
+                par.zero,
+                {"tp": par.tp, "pp": par.pp, "cp": par.cp, "ep": par.ep},
+                self.lora is not None,
+            )
+        elif self.deepspeed is not None:
+            raise FieldError("deepspeed", "DeepSpeed settings need --zero-engine deepspeed")
 
     def replace(self, **changes: object) -> TrainingSetup:
         """A copy with ``changes``, validated."""
@@ -283,6 +312,18 @@ class TrainingSetup:
         if self.framework is not None:
             return framework(self.framework)
         return default_framework(self.parallel.tp, self.parallel.pp)
+
+    @property
+    def sharding_engine(self) -> ShardingEngine:
+        """What implements data parallelism and ZeRO (``zero_engine``, or the framework's)."""
+        if self.zero_engine is not None:
+            return self.zero_engine
+        return self.framework_def.sharding
+
+    @property
+    def deepspeed_config(self) -> DeepSpeedZero:
+        """The DeepSpeed ZeRO settings in effect (DeepSpeed's defaults unless given)."""
+        return self.deepspeed if self.deepspeed is not None else DeepSpeedZero()
 
     @property
     def prepared_for_kbit(self) -> bool:
@@ -316,10 +357,13 @@ class TrainingSetup:
 
     @property
     def gradient_dtype(self) -> DType:
-        """Gradients: the weight dtype, except fp32 main grads by default under -mixed."""
+        """Gradients: the weight dtype, except fp32 main grads by default under -mixed (not
+        under an engine that accumulates in the model dtype: DeepSpeed's)."""
         if self.grad_dtype is not None:
             return self.grad_dtype
-        return DType.fp32 if self.precision.is_mixed else self.weight_dtype
+        if self.precision.is_mixed and not self.sharding_engine.grads_in_model_dtype:
+            return DType.fp32
+        return self.weight_dtype
 
     @property
     def optimizer_dtype(self) -> DType:

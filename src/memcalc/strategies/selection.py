@@ -26,7 +26,7 @@ def default_strategies(
     sharded = par.dp == 1 or par.zero  # offloading the optimizer needs ZeRO across ranks
     if (setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed) and sharded:
         rows.append(Options(offload=(Offload.parse("optimizer=cpu"),)))
-        if gpu is None or gpu.nvme_bytes_per_s > 0:
+        if (gpu is None or gpu.nvme_bytes_per_s > 0) and setup.sharding_engine.offloads_to_nvme:
             rows.append(Options(offload=(Offload.parse("optimizer=nvme"),)))
     rows.append(Options(recompute=Recompute.full, offload=(Offload.parse("activations=cpu"),)))
     if par.dp == 1 or par.zero == 3:  # and the parameters ZeRO-3

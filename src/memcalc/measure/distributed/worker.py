@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from memcalc.errors import MemcalcError
+from memcalc.frameworks import ShardingEngine
 from memcalc.measure.build import Impl, build_model
 from memcalc.measure.distributed.launch import Request, result_path
 from memcalc.measure.distributed.layouts import (
@@ -48,6 +49,10 @@ from memcalc.measure.strategies import apply_strategy, bool_dropout_masks
 def run_rank(request: Request, rank: int, local_rank: int) -> Measurement:
     """This rank's Measurement of one training step under ``request``'s layout."""
     spec, setup = request.spec, request.setup
+    if setup.sharding_engine is ShardingEngine.deepspeed:
+        from memcalc.measure.distributed.deepspeed import run_deepspeed_rank
+
+        return run_deepspeed_rank(request, rank)  # type: ignore[no-any-return]
     par = setup.parallel
     dev = torch.device(f"cuda:{local_rank}" if request.device == "cuda" else "cpu")
     if dev.type == "cuda":

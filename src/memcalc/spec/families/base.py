@@ -106,6 +106,23 @@ class Implementation:
     sdpa_refused: str | None = None
     """Why the HF implementation refuses ``attn_implementation="sdpa"``
     (``_supports_sdpa = False``); None when it supports SDPA."""
+    module_order: tuple[str, ...] = (
+        "attn.q_proj",
+        "attn.k_proj",
+        "attn.v_proj",
+        "attn.qkv_proj",
+        "attn.o_proj",
+        "attn.",
+        "mlp.",
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    )
+    """The block's modules in the order HF's decoder layer registers them (``__init__``), as
+    op-level name prefixes: a weight takes the place of the first prefix it starts with
+    (``model.parameters()`` order; Llama's ``LlamaDecoderLayer``: self_attn (q, k, v, o),
+    mlp, input_layernorm, post_attention_layernorm). Empty: the forward order (GPT-2)."""
     param_prefix: str = "model.layers.{layer}."
     """How HF names a block's parameters: this prefix + the op-level name."""
     param_renames: Mapping[str, str] = field(default_factory=lambda: {"attn.": "self_attn."})

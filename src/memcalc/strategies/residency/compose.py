@@ -8,14 +8,19 @@ from dataclasses import dataclass
 from memcalc.frameworks import PipelineRuntime, TensorParallel
 from memcalc.frameworks.features import FsdpGroups
 from memcalc.graph.ops import OpGraph
+from memcalc.optimizer import OptimizerBytes
 from memcalc.params import ParamCounts
+from memcalc.profiles import GpuProfile
 from memcalc.spec.training import TrainingSetup
+from memcalc.strategies.offload import Offload
 from memcalc.strategies.pipeline import Stage
+from memcalc.strategies.placement import Placement, place
+from memcalc.strategies.recompute import ActivationPlan
 from memcalc.strategies.residency.ddp import BucketViewGradients, DdpBuckets
 from memcalc.strategies.residency.fsdp2 import Fsdp2Gradients, Fsdp2Params, NoGather
 from memcalc.strategies.residency.fsdp2_groups import SplitRootGradients, SplitRootParams
 from memcalc.strategies.residency.gradients import ResidentGradients, ShardedGradients
-from memcalc.strategies.residency.moments import GradientTotals
+from memcalc.strategies.residency.moments import GradientHolder, GradientTotals, ParamsHolder
 from memcalc.strategies.residency.offload import OffloadedGradients
 from memcalc.strategies.residency.pipelining import (
     PipelineRetention,
@@ -47,8 +52,8 @@ Params = Fsdp2Params | SplitRootParams | NoGather
 class Residency:
     """What one rank holds beyond its activations and resident states, by mechanism."""
 
-    gradients: Gradients
-    params: Params
+    gradients: GradientHolder
+    params: ParamsHolder
     """Weights gathered beyond the rank's shards (FSDP2)."""
     pipeline: PipelineRetention
     tensor_parallel: TensorParallelExtras
@@ -166,3 +171,64 @@ def compose(
         gradients = ResidentGradients(totals)
     held: Gradients = gradients if grads_resident else OffloadedGradients(gradients, grads_cap)
     return Residency(held, params, pipeline, tensor_parallel, ddp, graph.buffer_bytes)
+
+
+@dataclass(frozen=True)
+class RankInputs:
+    """What a sharding engine needs to place one rank's states and say what it holds."""
+
+    graph: OpGraph
+    setup: TrainingSetup
+    counts: ParamCounts
+    optimizer: OptimizerBytes
+    sharding: Sharding
+    offloads: tuple[Offload, ...]
+    gpu: GpuProfile
+    stage: Stage
+    extras: TensorParallelExtras
+    """The framework's tensor-parallel extras (``tensor_parallel_extras``)."""
+    totals: GradientTotals
+    stored_activation_bytes: int
+    kept_activation_bytes: int
+    """Stored activations left on the GPU (all of them unless activations=cpu)."""
+    device: str = "cuda"
+    """The kernels' device: ``cpu`` for a comparison with a CPU run."""
+    dp_rank: int | None = None
+    """The data-parallel rank to describe (None: the most loaded)."""
+    plan: ActivationPlan | None = None
+    """The recompute plan (which layers' backward replays their forward)."""
+
+    @property
+    def extra_grad_bytes(self) -> int:
+        return self.extras.embedding_grad_numel * self.setup.gradient_dtype.itemsize
+
+
+def torch_rank(inp: RankInputs) -> tuple[Placement, Residency]:
+    """PyTorch's own engine: ``placement.place`` for the states, ``compose`` for the rest
+    (every data-parallel rank alike)."""
+    setup = inp.setup
+    placed = place(
+        inp.counts,
+        setup,
+        inp.optimizer,
+        inp.sharding,
+        inp.offloads,
+        inp.gpu,
+        stored_activation_bytes=inp.stored_activation_bytes,
+        kept_activation_bytes=inp.kept_activation_bytes,
+        in_flight=inp.stage.in_flight,
+        microbatches=setup.parallel.microbatches,
+        extra_grad_bytes=inp.extra_grad_bytes,
+    )
+    rank = compose(
+        inp.graph,
+        setup,
+        inp.counts,
+        inp.sharding,
+        inp.totals,
+        pipeline=pipeline_retention(inp.graph, setup, inp.stage),
+        tensor_parallel=inp.extras,
+        grads_resident=placed.grads_resident,
+        grads_cap=placed.gpu_gradient_bytes,
+    )
+    return placed, rank

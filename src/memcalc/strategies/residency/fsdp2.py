@@ -71,6 +71,11 @@ class Fsdp2Params:
     def at_embedding(self) -> int:
         return self._gathered(0)
 
+    def at_forward(self, i: int | None) -> int | None:
+        """No forward moments of its own: a block's gathered weights in forward are at most
+        its backward's."""
+        return None
+
 
 @dataclass(frozen=True)
 class NoGather:
@@ -87,6 +92,9 @@ class NoGather:
 
     def at_embedding(self) -> int:
         return 0
+
+    def at_forward(self, i: int | None) -> int | None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,7 @@ class Fsdp2Gradients(ShardedGradients):
         current block's written so far are full."""
         return self.sharding.share(reduced, 2) + unreduced
 
-    def at_block(self, i: int, written: int, accumulated: bool) -> int:
+    def at_block(self, i: int, written: int, accumulated: bool, current: int = 0) -> int:
         if accumulated:
             return super().at_block(i, written, accumulated)
         t = self.totals

@@ -74,6 +74,11 @@ class SplitRootParams:
     def at_embedding(self) -> int:
         return self._blocks(self.embedding_numel)
 
+    def at_forward(self, i: int | None) -> int | None:
+        """No forward moments of its own: as ``fsdp2.Fsdp2Params``, a group's gathered weights
+        in forward are at most its backward's (reshard_after_forward)."""
+        return None
+
 
 @dataclass(frozen=True)
 class SplitRootGradients(ShardedGradients):
@@ -102,7 +107,7 @@ class SplitRootGradients(ShardedGradients):
         t = self.totals
         return t.block(i + 1) if i + 1 < t.layout.n else t.head
 
-    def at_block(self, i: int, written: int, accumulated: bool) -> int:
+    def at_block(self, i: int, written: int, accumulated: bool, current: int = 0) -> int:
         t = self.totals
         done = t.full if accumulated else t.before(i)
         return self._reduced(done) + self._pending(i) + self._unsharded(min(written, t.block(i)))
