@@ -50,11 +50,15 @@ def main() -> None:
         spec = preset(model)
         b = estimate(spec, setup, gpu, Options(recompute=recompute))
         g = lower_cached(spec, setup, device="cuda")
-        trace_s = median_seconds(lambda: step_trace(g, b.activation_plan, setup, b.params))
+        trace_s = median_seconds(
+            lambda g=g, b=b, setup=setup: step_trace(g, b.activation_plan, setup, b.params)
+        )
         st = step_trace(g, b.activation_plan, setup, b.params)
         for text in ("", "expandable_segments:True", "max_split_size_mb:128"):
             conf = parse_alloc_conf(text)
-            s = median_seconds(lambda: replay(st, conf, device_memory=gpu.memory_bytes))
+            s = median_seconds(
+                lambda st=st, conf=conf: replay(st, conf, device_memory=gpu.memory_bytes)
+            )
             per = s / len(st.trace) * 1e6
             name = f"{model} b{setup.batch} s{setup.seq} {recompute}"
             print(

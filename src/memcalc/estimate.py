@@ -7,7 +7,12 @@ between phases; the peak comes from a step timeline (``timeline.py``), not a sum
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
+from memcalc.allocator.config import DEFAULT as DEFAULT_ALLOC_CONF
+from memcalc.allocator.config import AllocConf
+from memcalc.allocator.events import unmodelled
+from memcalc.allocator.reserved import Reserved, reserved_for
 from memcalc.errors import MemcalcError, one_of
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Component, OpGraph
@@ -34,12 +39,17 @@ MIN_MFU = 0.001
 (and 1e-320 would make it infinite)."""
 
 DEFAULT_HEADROOM = 0.10
-"""Fraction of GPU memory a configuration must leave free to count as fitting: the caching
-allocator's fragmentation and cuBLAS/NCCL workspaces it does not see. GMLake (Guo et al.,
+"""Fraction of GPU memory a configuration must leave free to count as fitting when its
+reserved memory is not modelled (``allocator.events.unmodelled``): the caching allocator's
+fragmentation and cuBLAS/NCCL workspaces the allocated peak does not see. GMLake (Guo et al.,
 ASPLOS 2024, arXiv:2401.08156) measured PyTorch's caching allocator wasting 15% of reserved
 memory on average (up to 33%) when training LLMs with recompute, offload, ZeRO and LoRA on
 A100-80GB; ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` reduces it (lower
-``--headroom`` then). 10% is an assumption between the two, stated in every result."""
+``--headroom`` then). 10% is an assumption between the two, stated in every result. A
+modelled step is judged on its replayed reserved memory with no reserve
+(``RESERVED_HEADROOM``) unless ``--headroom`` asks for one."""
+RESERVED_HEADROOM = 0.0
+"""Kept free on top of the replayed reserved memory and the runtime overhead by default."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +61,11 @@ class Options:
     budget_bytes: int | None = None
     offload: tuple[Offload, ...] = ()
     mfu: float = DEFAULT_MFU
-    headroom: float = DEFAULT_HEADROOM
-    """Fraction of GPU memory kept free (see DEFAULT_HEADROOM)."""
+    headroom: float | None = None
+    """Fraction of GPU memory kept free; None: ``RESERVED_HEADROOM`` on a step whose reserved
+    memory is replayed, ``DEFAULT_HEADROOM`` on one that is not."""
+    alloc_conf: AllocConf = DEFAULT_ALLOC_CONF
+    """The caching allocator's settings (``PYTORCH_CUDA_ALLOC_CONF`` / ``--alloc-conf``)."""
 
     def __post_init__(self) -> None:
         """Accept what the command line accepts: ``recompute="full"`` (any case),
@@ -83,7 +96,11 @@ class Options:
             object.__setattr__(self, "budget_bytes", parse_size(self.budget_bytes))
         if not MIN_MFU <= self.mfu <= 1:  # also refuses nan
             raise MemcalcError(f"--mfu: must be from {MIN_MFU} to 1, got {self.mfu!r}")
-        if not 0 <= self.headroom < 0.9:
+        if isinstance(self.alloc_conf, str):
+            from memcalc.allocator.config import parse_alloc_conf
+
+            object.__setattr__(self, "alloc_conf", parse_alloc_conf(self.alloc_conf))
+        if self.headroom is not None and not 0 <= self.headroom < 0.9:
             raise MemcalcError(
                 f"--headroom: must be at least 0 and below 90%, got {self.headroom!r}"
             )
@@ -146,6 +163,46 @@ class Breakdown:
     """The step's collectives on this rank."""
     time: StepTime | None = None
     """The step's time, by part (the model ``plan`` ranks by)."""
+    graph: OpGraph | None = field(default=None, repr=False, compare=False)
+    """The op graph estimated (the allocator replay reads it)."""
+    device: str = "cuda"
+
+    @cached_property
+    def reserved(self) -> Reserved:
+        """The caching allocator replayed over this step (``allocator.reserved``); computed
+        on first use."""
+        if self.graph is None:
+            return Reserved(self.options.alloc_conf, "no op graph to replay")
+        reserve = int(self.gpu.memory_bytes * self._headroom(modelled=True))
+        return reserved_for(
+            self.graph,
+            self.activation_plan,
+            self.setup,
+            self.params,
+            self.options.alloc_conf,
+            device_memory=self.gpu.memory_bytes,
+            capacity=self.gpu.memory_bytes - reserve - self.overhead_bytes,
+            offloaded=bool(self.options.offload),
+            device=self.device,
+        )
+
+    def _headroom(self, *, modelled: bool) -> float:
+        if self.options.headroom is not None:
+            return self.options.headroom
+        return RESERVED_HEADROOM if modelled else DEFAULT_HEADROOM
+
+    @property
+    def headroom_fraction(self) -> float:
+        """The fraction of GPU memory kept free in the verdict (``Options.headroom``)."""
+        return self._headroom(modelled=self.reserved.modelled)
+
+    @property
+    def reserved_total_bytes(self) -> int:
+        """Reserved memory plus the runtime overhead (what ``nvidia-smi`` shows); the
+        allocated peak plus the overhead when the step is not replayed."""
+        if not self.reserved.modelled:
+            return self.peak_bytes
+        return self.reserved.reserved_peak_bytes + self.overhead_bytes
 
     @property
     def peak_bytes(self) -> int:
@@ -189,7 +246,7 @@ class Breakdown:
     @property
     def reserve_bytes(self) -> int:
         """GPU memory kept free for fragmentation and workspaces (``options.headroom``)."""
-        return int(self.gpu.memory_bytes * self.options.headroom)
+        return int(self.gpu.memory_bytes * self.headroom_fraction)
 
     @property
     def usable_bytes(self) -> int:
@@ -198,8 +255,9 @@ class Breakdown:
 
     @property
     def headroom_bytes(self) -> int:
-        """GPU memory left at the peak (negative: over the device)."""
-        return self.gpu.memory_bytes - self.peak_bytes
+        """GPU memory left at the peak: beside reserved memory and the overhead when the step
+        is replayed, else beside the allocated peak (negative: over the device)."""
+        return self.gpu.memory_bytes - self.reserved_total_bytes
 
     @property
     def ranks_per_node(self) -> int:
@@ -225,8 +283,15 @@ class Breakdown:
 
     @property
     def over_gpu_bytes(self) -> int:
-        """Bytes the peak exceeds the usable GPU memory by (0 when it fits)."""
-        return max(0, self.peak_bytes - self.usable_bytes)
+        """Bytes the peak exceeds the usable GPU memory by (0 when it fits). A replayed step
+        fits when the allocator finishes it within the usable memory, releasing its cache and
+        retrying if it must (``alloc_retries``)."""
+        r = self.reserved
+        if not r.modelled:
+            return max(0, self.peak_bytes - self.usable_bytes)
+        if r.bounded is None or not r.out_of_memory:
+            return 0
+        return max(1, self.reserved_total_bytes - self.usable_bytes)
 
     @property
     def over_host_bytes(self) -> int:
@@ -395,9 +460,7 @@ def estimate_graph(
         *notes,
         f"runtime overhead {gpu.runtime_overhead_bytes} bytes from the GPU profile "
         "(context + workspaces)",
-        f"fits = peak at most {1 - options.headroom:.0%} of GPU memory: {options.headroom:.0%} "
-        "kept free for allocator fragmentation (GMLake, Guo et al. 2024: 15% on average with "
-        "the default caching allocator; --headroom)",
+        _verdict_note(setup, options, device),
         "logits are freed after the loss (as HF Trainer does); keeping model outputs alive "
         "adds b*s*V of the activation dtype",
     ]
@@ -546,6 +609,28 @@ def estimate_graph(
         stage=stage.label if par.pp > 1 else "",
         transfers=transfers,
         time=time,
+        graph=graph,
+        device=device,
+    )
+
+
+def _verdict_note(setup: TrainingSetup, options: Options, device: str) -> str:
+    """How ``fits`` is judged for this step (the allocator replay, or the allocated peak with
+    a reserve where the replay does not model the layout)."""
+    why = unmodelled(setup, offloaded=bool(options.offload), device=device)
+    if why is None:
+        h = RESERVED_HEADROOM if options.headroom is None else options.headroom
+        return (
+            "fits = reserved memory (torch's CUDA caching allocator replayed over the step's "
+            f"allocations: docs/allocator.md; {options.alloc_conf.describe()}; one stream) "
+            f"plus the runtime overhead within the GPU's memory less {h:.0%} (--headroom); a "
+            "step that needs cache flushes (num_alloc_retries) still fits"
+        )
+    h = DEFAULT_HEADROOM if options.headroom is None else options.headroom
+    return (
+        f"fits = peak at most {1 - h:.0%} of GPU memory: {h:.0%} kept free for allocator "
+        "fragmentation (GMLake, Guo et al. 2024: 15% on average with the default caching "
+        f"allocator; --headroom); reserved memory not replayed: {why}"
     )
 
 
