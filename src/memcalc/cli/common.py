@@ -139,9 +139,18 @@ gpu_memory_option = click.option(
 fit_options = options(
     click.option(
         "--headroom",
-        default="10%",
-        show_default=True,
-        help="GPU memory kept free for allocator fragmentation (e.g. 10% or 0.1).",
+        default=None,
+        help="GPU memory kept free beyond what the step needs (e.g. 10% or 0.1). Default "
+        "auto: 0 where the caching allocator's reserved memory is replayed, 10% (for "
+        "fragmentation) where it is not.",
+    ),
+    click.option(
+        "--alloc-conf",
+        default=None,
+        metavar="CONF",
+        help="torch's caching allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax (e.g. "
+        "expandable_segments:True,max_split_size_mb:128); default: that variable's value "
+        "when set.",
     ),
     click.option(
         "--host-memory",

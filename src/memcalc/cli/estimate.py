@@ -91,7 +91,7 @@ def estimate_inputs(
     API's (``memcalc.api.estimate``) one conversion; needs the command's click context."""
     inputs = read_inputs(values, (gpu or values["gpu"],), spec=spec)
     model, setup, profile = inputs.spec, inputs.setup, inputs.profiles[0]
-    mfu, headroom = values["mfu"], inputs.headroom
+    mfu, headroom, conf = values["mfu"], inputs.headroom, inputs.alloc_conf
     options = chosen_options(
         values["recompute"],
         values["every"],
@@ -102,7 +102,9 @@ def estimate_inputs(
 
     def run(o: Options) -> Breakdown:
         # the table's strategies and the chosen one run at the same MFU and headroom
-        return estimate(model, setup, profile, replace(o, mfu=mfu, headroom=headroom))
+        return estimate(
+            model, setup, profile, replace(o, mfu=mfu, headroom=headroom, alloc_conf=conf)
+        )
 
     return run, inputs, options
 

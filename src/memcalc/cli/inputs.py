@@ -13,9 +13,10 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from memcalc.allocator.config import DEFAULT as DEFAULT_ALLOC_CONF
+from memcalc.allocator.config import AllocConf, alloc_conf_from_env, parse_alloc_conf
 from memcalc.cli.common import setup_fields
 from memcalc.errors import MemcalcError
-from memcalc.estimate import DEFAULT_HEADROOM
 from memcalc.profiles import DEFAULT_GPU, GpuProfile, adhoc_profile, load_profile
 from memcalc.spec.compat import check, fallbacks
 from memcalc.spec.loaders import load_model, training_setup
@@ -30,7 +31,9 @@ class Inputs:
     spec: ModelSpec
     profiles: tuple[GpuProfile, ...]
     setup: TrainingSetup
-    headroom: float
+    headroom: float | None
+    """None: automatic (0 on a step whose reserved memory is replayed, 10% otherwise)."""
+    alloc_conf: AllocConf = DEFAULT_ALLOC_CONF
 
 
 def given(name: str) -> bool:
@@ -63,7 +66,21 @@ def read_inputs(
     setup = training_setup(**fields)
     for warning in check(spec, setup):
         click.echo(f"warning: {warning}", err=True)
-    return Inputs(spec, profiles, setup, headroom_fraction(values.get("headroom")))
+    return Inputs(
+        spec,
+        profiles,
+        setup,
+        headroom_fraction(values.get("headroom")),
+        alloc_conf(values.get("alloc_conf")),
+    )
+
+
+def alloc_conf(text: str | None) -> AllocConf:
+    """``--alloc-conf`` in ``PYTORCH_CUDA_ALLOC_CONF`` syntax; without it the environment's
+    setting (``PYTORCH_CUDA_ALLOC_CONF``, then ``PYTORCH_ALLOC_CONF``), as torch reads it."""
+    if text is not None:
+        return parse_alloc_conf(text)
+    return alloc_conf_from_env()
 
 
 def _profile(name: str | GpuProfile, values: dict[str, Any]) -> GpuProfile:
@@ -95,10 +112,10 @@ def _as_flag(flag: str) -> Iterator[None]:
         raise FieldError(flag, f"{e.field}: {e.problem}") from None
 
 
-def headroom_fraction(text: str | None) -> float:
-    """``--headroom``: ``10%`` or ``0.1``, in [0, 0.9)."""
-    if text is None:
-        return DEFAULT_HEADROOM
+def headroom_fraction(text: str | None) -> float | None:
+    """``--headroom``: ``10%`` or ``0.1``, in [0, 0.9); None or ``auto``: automatic."""
+    if text is None or text.lower() == "auto":
+        return None
     try:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
@@ -110,4 +127,4 @@ def headroom_fraction(text: str | None) -> float:
     return value
 
 
-__all__ = ["DEFAULT_GPU", "Inputs", "given", "headroom_fraction", "read_inputs"]
+__all__ = ["DEFAULT_GPU", "Inputs", "alloc_conf", "given", "headroom_fraction", "read_inputs"]

@@ -157,7 +157,7 @@ def plan_request(
         profiles,
         max_gpus=max_gpus,
         global_batch=global_batch,
-        options=Options(mfu=values["mfu"], headroom=headroom),
+        options=Options(mfu=values["mfu"], headroom=headroom, alloc_conf=inputs.alloc_conf),
         top=top,
     )
     return request, what
