@@ -195,6 +195,32 @@ def _weight_casts(blk: Block) -> list[Saved]:
     return [s for n, s in _unique(blk).items() if n.endswith("weight_cast")]
 
 
+MAX_GRAD_PIECES = 16
+"""An op's activation gradients are cut into at most this many tensors."""
+
+
+def grad_pieces(op: Op, nbytes: int) -> list[int]:
+    """``nbytes`` of ``op``'s activation gradients as tensors: the op graph gives one number
+    (its output's gradient plus its inputs'), and an input's gradient has that input's size,
+    which the op saves: so, tensors the size of the largest storage it saves, and the rest as
+    one more (a Linear: its input's and its output's gradients exactly; SwiGLU's product:
+    three T x m). Without saves, or for more than ``MAX_GRAD_PIECES``, one tensor.
+
+    >>> from memcalc.graph.ops import Component
+    >>> x = Saved("x", 4 * 11008, DType.bf16)  # 4 tokens into Llama-2-7B's down_proj
+    >>> op = Op("down_proj", Component.mlp, (x,), 0, "", grad_bytes=2 * (4 * 11008 + 4 * 4096))
+    >>> grad_pieces(op, op.grad_bytes)
+    [88064, 32768]
+    """
+    unit = max((s.nbytes for s in op.saves), default=0)
+    if nbytes <= 0:
+        return []
+    if unit <= 0 or nbytes // unit > MAX_GRAD_PIECES:
+        return [nbytes]
+    whole, rest = divmod(nbytes, unit)
+    return [unit] * whole + ([rest] if rest else [])
+
+
 # ---------------------------------------------------------------------------------------------
 # Parameters and optimizer state
 
@@ -351,13 +377,17 @@ class _Step:
         storages it saved first."""
         self.weight_grads_of(op)
         grad = op.grad_bytes - (op.recompute_freed if rf else 0)
-        self.tr.free(self.tr.alloc(grad))
+        pieces = [self.tr.alloc(n) for n in grad_pieces(op, grad)]
+        for tid in pieces:
+            self.tr.free(tid)
         for name in first:
             self.drop(scope, name)
 
-    def loss_backward(self) -> None:
+    def loss_backward(self) -> int | None:
         """nll_loss_backward's and _log_softmax_backward_data's b*s*V fp32 gradients alive
-        together; then the loss' saved tensors go."""
+        together; then the loss' saved tensors go, and ``logits.float()``'s backward casts
+        the gradient to the logits' dtype (the same tensor in fp32). Returns the logits'
+        gradient, which the head's backward consumes."""
         tr, graph = self.tr, self.graph
         tr.mark("backward: loss")
         grads = []
@@ -368,29 +398,41 @@ class _Step:
             if op.name.startswith("loss."):
                 for s in op.saves:
                     self.drop("epi", s.name)
-        for tid in grads:
-            tr.free(tid)
+        if not grads:
+            return None
+        tr.free(grads[0])
+        if self.setup.activation_dtype is DType.fp32:
+            return grads[1]
+        logits_grad = tr.alloc(graph.logits.nbytes)  # type: ignore[union-attr]
+        tr.free(grads[1])
+        return logits_grad
 
-    def head_backward(self) -> None:
+    def head_backward(self, logits_grad: int | None) -> None:
         """The ops after the blocks, from the last: a tied head's gradient goes to the
-        embedding's input buffer (``timeline.py``: three V x h tensors at the embedding); the
-        head's activation gradients are its output's (the logits') and its input's, less the
-        logits' under a fused linear cross-entropy, which never makes them. The timeline
-        lists no moment here (it is below the loss' or the last layer's in every case of
-        ``tests/test_allocator_events.py``)."""
+        embedding's input buffer (``timeline.py``: three V x h tensors at the embedding). The
+        head's activation gradients (``Op.grad_bytes``) are its output's -- the logits'
+        gradient, already made by the loss' backward, freed after the head -- and its
+        input's; under a fused linear cross-entropy there are no logits, so only the input's.
+        The timeline lists no moment here (it is below the loss' or the last layer's in every
+        case of ``tests/test_allocator_events.py`` but a fused loss)."""
         ops = [op for op in self.graph.epilogue if not op.name.startswith("loss.")]
         first = _first_saved_ops(ops)
         head = max((j for j, op in enumerate(ops) if not op.name.startswith("logits.")), default=-1)
         self.tr.mark("backward: head")
-        fused = self.setup.loss is Loss.fused and self.graph.logits is not None
+        logits = self.graph.logits.nbytes if self.graph.logits is not None else 0
         for j in range(len(ops) - 1, -1, -1):
             op = ops[j]
             if j == head:
                 if self.tied:
                     self.tied_buffer = self.tr.alloc(self.counts.lm_head_numel * self.g)
-                if fused:  # no logits, so no gradient of them: only the input's
-                    op = replace(op, grad_bytes=max(0, op.grad_bytes - self.graph.logits.nbytes))  # type: ignore[union-attr]
+                if logits_grad is not None or self.setup.loss is Loss.fused:
+                    op = replace(op, grad_bytes=max(0, op.grad_bytes - logits))
             self.op_backward(op, "epi", first[j], rf=False)
+            if j == head and logits_grad is not None:
+                self.tr.free(logits_grad)
+                logits_grad = None
+        if logits_grad is not None:
+            self.tr.free(logits_grad)
 
     def rebuild(self, role: _Role) -> None:
         """A checkpoint's recompute, at its segment's first unpack: every layer of the
@@ -476,8 +518,7 @@ class _Step:
 
     def run(self, first_step: bool) -> None:
         self.forward()
-        self.loss_backward()
-        self.head_backward()
+        self.head_backward(self.loss_backward())
         self.blocks_backward()
         self.embedding_backward()
         assert not self.live, f"left alive after backward: {sorted(map(str, self.live))[:5]}"
