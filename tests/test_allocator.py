@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from memcalc.alloc_conf import DEFAULT, MIB, AllocConf, alloc_conf_from_env
 from memcalc.allocator import CachingAllocator, OutOfMemory, parse_alloc_conf
-from memcalc.allocator.config import DEFAULT, MIB, AllocConf, alloc_conf_from_env
 from memcalc.allocator.sizes import allocation_size, round_size
 from memcalc.errors import MemcalcError
 

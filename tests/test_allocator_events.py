@@ -164,3 +164,33 @@ def test_replay_reserves_at_least_the_allocations() -> None:
     assert r.requested_peak_bytes == b.peak.total_bytes
     assert r.requested_peak_bytes <= r.allocated_peak_bytes <= r.reserved_peak_bytes
     assert r.alloc_retries == 0 and not r.out_of_memory
+
+
+def test_replay_does_not_depend_on_the_hash_seed() -> None:
+    """The event order is the graph's, never a set's: two processes with different
+    PYTHONHASHSEED replay the same reserved bytes (Gemma 2 eager, selective: the attention
+    core rebuilt in backward)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from memcalc.estimate import estimate, Options;"
+        "from memcalc.spec.presets import preset;"
+        "from memcalc.spec.training import TrainingSetup;"
+        "from memcalc.profiles import load_profile;"
+        "b = estimate(preset('gemma-2-9b'), TrainingSetup(seq=2048, attention='eager'),"
+        " load_profile('h100-sxm-80gb'), Options(recompute='selective'));"
+        "print(b.reserved.demand.reserved_peak_bytes)"
+    )
+    out = {
+        seed: subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(set(out.values())) == 1, out

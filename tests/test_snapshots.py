@@ -38,3 +38,28 @@ def test_grid_json_is_unchanged():
         if got != SNAPSHOT["grid"][command]:
             changed.append(command)
     assert not changed, f"{len(changed)} outputs changed, e.g. {changed[:3]}"
+
+
+def test_layout_json_is_unchanged():
+    """The whole JSON of every preset under parallel layouts, offload and fine-tuning (times,
+    layout, stages and assumptions included), and of a few plans."""
+    changed, missing = [], []
+    for command in cases.layout_cases():
+        want = SNAPSHOT["layouts"].get(command)
+        if want is None:
+            missing.append(command)
+            continue
+        code, data = cases.run_json(command)
+        got = cases.full_digest(data) if code == 0 else f"exit {code}"
+        if got != want:
+            changed.append(command)
+    assert not missing, f"{len(missing)} cases not in the snapshot, e.g. {missing[:3]}"
+    assert not changed, f"{len(changed)} outputs changed, e.g. {changed[:3]}"
+
+
+@pytest.mark.parametrize("command", cases.TEXT_CASES)
+def test_printed_text_is_unchanged(command, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out = cases.run_text(command)
+    got = cases.text_digest(out) if code == 0 else f"exit {code}"
+    assert got == SNAPSHOT["text"][command], out

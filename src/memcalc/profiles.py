@@ -16,10 +16,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from memcalc.dtypes import DType
 from memcalc.errors import MemcalcError, one_of
 from memcalc.files import read_data_file, shown
 from memcalc.resources import data_dir
-from memcalc.spec.training import DType
 from memcalc.units import GB, GIB, Unit, format_bytes
 from memcalc.validate import FieldError, check, parse, replace, spec_field
 

@@ -73,22 +73,39 @@ def step_time(
     microbatches: int,
     pp: int,
     vpp: int,
-    transfers: tuple[Transfer, ...],
-    offload_overlapped_seconds: float,
-    offload_exposed_seconds: float,
-    backward_window_seconds: float,
-    cpu_optimizer_seconds: float,
+    critical_communication_seconds: float = 0.0,
+    overlapping_communication_seconds: float = 0.0,
+    offload_overlapped_seconds: float = 0.0,
+    offload_exposed_seconds: float = 0.0,
+    backward_window_seconds: float = 0.0,
+    cpu_optimizer_seconds: float = 0.0,
 ) -> StepTime:
-    """The StepTime of one rank (see the module docstring)."""
+    """The StepTime of one rank (see the module docstring): ``critical_communication_seconds``
+    of collectives on the critical path, ``overlapping_communication_seconds`` that compute
+    hides (``communication_seconds`` sums a step's Transfers into the two);
+    ``offload_overlapped_seconds`` of transfers hidden up to ``backward_window_seconds``.
+
+    >>> t = step_time(micro_batch_compute_seconds=1.0, micro_batch_recompute_seconds=0.25,
+    ...               microbatches=4, pp=2, vpp=1, overlapping_communication_seconds=6.0)
+    >>> t.compute_seconds, t.recompute_seconds, t.bubble_seconds, t.communication_seconds
+    (4.0, 1.0, 1.25, 1.0)
+    """
     compute = micro_batch_compute_seconds * microbatches
     recompute = micro_batch_recompute_seconds * microbatches
     per_micro_batch = micro_batch_compute_seconds + micro_batch_recompute_seconds
     bubble = (pp - 1) * per_micro_batch / vpp
-    exposed = sum(t.seconds for t in transfers if not t.overlaps)
+    exposed = float(critical_communication_seconds)
     hidden_window = compute + recompute
-    overlapping = sum(t.seconds for t in transfers if t.overlaps)
-    exposed += max(0.0, overlapping - hidden_window)
-    offload = (
-        max(0.0, offload_overlapped_seconds - backward_window_seconds) + offload_exposed_seconds
-    )
+    if overlapping_communication_seconds > hidden_window:
+        exposed += overlapping_communication_seconds - hidden_window
+    offload = float(offload_exposed_seconds)
+    if offload_overlapped_seconds > backward_window_seconds:
+        offload += offload_overlapped_seconds - backward_window_seconds
     return StepTime(compute, recompute, bubble, exposed, offload, cpu_optimizer_seconds)
+
+
+def communication_seconds(transfers: tuple[Transfer, ...]) -> tuple[float, float]:
+    """(seconds on the critical path, seconds that overlap compute) of a step's collectives."""
+    critical = sum((t.seconds for t in transfers if not t.overlaps), 0.0)
+    overlapping = sum((t.seconds for t in transfers if t.overlaps), 0.0)
+    return critical, overlapping

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
-from memcalc.graph.layout import Layout
+from memcalc.graph.layout import LayerLayout
 from memcalc.graph.ops import Block, Component, OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
-from memcalc.strategies.recompute import ActivationPlan, Segments
+from memcalc.strategies.recompute import ActivationPlan, Recompute, Segments
 from memcalc.strategies.sharding import NO_SHARDING, Sharding
 
 
@@ -49,19 +48,6 @@ class Moment:
         )
 
 
-class Mode(str, Enum):
-    """What a layer's backward starts from (the recompute choice it makes)."""
-
-    kept = "kept"
-    """Every saved tensor kept from the forward (no recompute, or a layer of an every-k
-    segment below its last, whose tensors the segment's recompute has rebuilt already)."""
-    selective = "selective"
-    """The attention core rebuilt when its backward needs it (a checkpoint around it)."""
-    full = "full"
-    """The whole layer rebuilt at the first unpack (the last layer of a checkpointed
-    segment): ``torch/utils/checkpoint.py``, non-reentrant ``_checkpoint_hook.unpack_hook``."""
-
-
 @dataclass(frozen=True)
 class _Step:
     """One moment of a layer's backward."""
@@ -85,7 +71,7 @@ class _Walk:
     steps: tuple[_Step, ...]
 
     @classmethod
-    def of(cls, blk: Block, mode: Mode) -> _Walk:
+    def of(cls, blk: Block, mode: Recompute) -> _Walk:
         return cls(_undominated(_coarse(blk, mode)))
 
 
@@ -104,7 +90,7 @@ def _undominated(steps: list[_Step]) -> tuple[_Step, ...]:
     return tuple(reversed(out))
 
 
-def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
+def _coarse(blk: Block, mode: Recompute = Recompute.none) -> list[_Step]:
     """A block without dataflow: each op holds its ``grad_bytes`` beside the residual
     stream's gradient, and the saved tensors of the ops before it (a storage is freed with the
     backward of the first op that saved it: ``Node::release_variables`` after it has run).
@@ -131,7 +117,7 @@ def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
                 total += saved.nbytes
         held_after.append(total)
     core = [j for j, op in enumerate(blk.ops) if op.attention_core]
-    rebuilt = blk.core_only_names if mode is Mode.selective and core else set()
+    rebuilt = blk.core_only_names if mode is Recompute.selective and core else set()
     inputs = sum(t.nbytes for t in blk.core_inputs if t.name not in seen) if rebuilt else 0
     kept_copy = (
         sum(
@@ -152,15 +138,15 @@ def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
         elif rebuilt and j >= core[0]:
             held += inputs + kept_copy
         written += op.params  # this op's backward writes its weight gradients
-        grads = op.grad_bytes - (op.recompute_freed if mode is Mode.full else 0)
+        grads = op.grad_bytes - (op.recompute_freed if mode is Recompute.full else 0)
         steps.append(_Step(held, op.name, grads + residual, written, residual))
     return steps
 
 
-_WALKS: dict[tuple[int, Mode], tuple[Block, _Walk]] = {}
+_WALKS: dict[tuple[int, Recompute], tuple[Block, _Walk]] = {}
 
 
-def _walk(blk: Block, mode: Mode = Mode.kept) -> _Walk:
+def _walk(blk: Block, mode: Recompute = Recompute.none) -> _Walk:
     """The block's walk, computed once per block object and mode (the planner re-estimates
     one lowered graph many times)."""
     hit = _WALKS.get((id(blk), mode))
@@ -473,7 +459,7 @@ def step_timeline(
             candidates.add(n - 2)  # the first backward with a pending reduce-scatter input
         # a span input is held from its first layer up: the moments are affine on each side
         for start in _span_starts(graph, plan):
-            for fam in plan.stack.families(affine=cap is None):
+            for fam in plan.stack.progressions(affine=cap is None):
                 t = -(-(start - fam.first) // fam.step)  # the first member at or above it
                 candidates |= {fam.at(u) for u in (t - 1, t) if 0 <= u < fam.count}
         return Pass(label, tuple(head), tail, block_moment), candidates
@@ -498,14 +484,14 @@ def step_timeline(
 
 def _candidate_layers(
     plan: ActivationPlan,
-    layout: Layout,
+    layout: LayerLayout,
     walk_at: Callable[[int], _Walk],
     block_grads: tuple[int, ...],
     g: int,
     before: Callable[[int], int],
     cap: int | None,
 ) -> set[int]:
-    """Layers among which the largest block moment is. Along a family (``Family``) the bytes
+    """Layers among which the largest block moment is. Along a ``Progression`` the bytes
     held below a layer and the gradients written before it change by the same amount at each
     step, so the moment is affine in the step -- largest at an end -- except (a) at a piece's
     first layer, whose predecessor (prefetched under FSDP) belongs to another piece: the
@@ -513,7 +499,7 @@ def _candidate_layers(
     (params=cpu: min(written, cap) is concave): each op's moment is then largest at an end or
     where its gradients reach the cap, which is solved for directly."""
     out: set[int] = set()
-    for fam in plan.stack.families(affine=cap is None):
+    for fam in plan.stack.progressions(affine=cap is None):
         ends = {0, min(1, fam.count - 1), fam.count - 1}
         if cap is not None and fam.count > 2:
             step = before(fam.at(0)) - before(fam.at(1))
@@ -528,14 +514,17 @@ def _candidate_layers(
     return out
 
 
-def layer_mode(plan: ActivationPlan, i: int) -> Mode:
-    """How layer ``i``'s backward starts: from kept tensors, or rebuilding them."""
+def layer_mode(plan: ActivationPlan, i: int) -> Recompute:
+    """What layer ``i``'s backward rebuilds: none (it starts from kept tensors -- no
+    recompute, or a layer of an every-k segment below its last, whose tensors the segment's
+    recompute has rebuilt already), the attention core (selective), or the whole layer at the
+    first unpack (full: the last layer of a checkpointed segment, ``torch/utils/checkpoint.py``
+    non-reentrant ``_checkpoint_hook.unpack_hook``)."""
     stack = plan.stack
     if isinstance(stack, Segments):
         last = min(i - i % stack.k + stack.k, stack.layout.n) - 1
-        return Mode.full if i == last else Mode.kept
-    choice = stack.choice[stack.layout.kind_at(i)]
-    return Mode.full if choice == "full" else Mode.selective if choice == "selective" else Mode.kept
+        return Recompute.full if i == last else Recompute.none
+    return stack.choice[stack.layout.kind_at(i)]
 
 
 def checkpoint_held(graph: OpGraph, plan: ActivationPlan, i: int) -> int:
@@ -547,7 +536,7 @@ def checkpoint_held(graph: OpGraph, plan: ActivationPlan, i: int) -> int:
     out = stack.extra if i == 0 else 0
     if isinstance(stack, Segments):
         start = i - i % stack.k
-    elif stack.choice[stack.layout.kind_at(i)] == "full":
+    elif stack.choice[stack.layout.kind_at(i)] is Recompute.full:
         start = i
     else:
         return out

@@ -88,6 +88,107 @@ def grid_cases() -> list[str]:
     return out
 
 
+LAYOUT_SETUPS = [
+    "--seq 2048",
+    "--seq 4096 --gpus 8 --zero 3 --recompute full",
+    "--seq 4096 --tp 4 --pp 2 --dp 2 --microbatches 8 --zero 1",
+    "--seq 4096 --tp 2 --pp 4 --vpp 2 --dp 2 --microbatches 8 --zero 1 --recompute selective",
+    "--seq 8192 --cp 2 --dp 4 --zero 3",
+    "--seq 2048 --tp 2 --pp 2 --dp 2 --microbatches 4 --parallel-impl torch",
+    "--seq 1024 --dp 4 --precision fp32 --recompute none",
+    "--seq 1024 --dp 4 --precision fp32 --bucket-view --recompute full",
+    "--seq 2048 --gpus 4 --zero 2 --offload optimizer=cpu --microbatches 4",
+    "--seq 2048 --lora-rank 16 --quantize nf4 --recompute full",
+    "--seq 1024 --lora-rank 8 --lora-targets all-linear --precision bf16",
+    "--seq 2048 --ep 2 --dp 4 --zero 1 --recompute full",
+]
+"""Parallel layouts, offload and fine-tuning: the full JSON of each (times, layout, stages and
+assumptions included) for every preset is pinned by ``test_layout_json_is_unchanged``."""
+
+PLAN_SETUPS = [
+    "--seq 4096 --max-gpus 16",
+    "--seq 2048 --global-batch 64 --max-gpus 64 --gpu h100 --gpu a100",
+]
+
+
+def preset_names() -> list[str]:
+    from memcalc.spec.presets import PRESETS
+
+    return sorted(PRESETS)
+
+
+def _within_positions(model: str, setup: str) -> str:
+    """``setup`` with its ``--seq`` capped at a learned-position model's table (GPT-2, OPT)."""
+    from memcalc.spec.model import Positions
+    from memcalc.spec.presets import PRESETS
+
+    spec = PRESETS[model]
+    if spec.positions is not Positions.learned:
+        return setup
+    words = setup.split()
+    i = words.index("--seq")
+    words[i + 1] = str(min(int(words[i + 1]), spec.max_position_embeddings))
+    return " ".join(words)
+
+
+def layout_cases() -> list[str]:
+    """Every preset x LAYOUT_SETUPS (estimate), and a few presets x PLAN_SETUPS (plan)."""
+    out = [
+        f"estimate --model {m} {_within_positions(m, s)}"
+        for m in preset_names()
+        for s in LAYOUT_SETUPS
+    ]
+    for m in ("gpt2", "llama-3-8b", "mixtral-8x7b", "deepseek-v2-lite", "gemma-2-9b"):
+        out += [f"plan --model {m} {s}" for s in PLAN_SETUPS]
+    return out
+
+
+TEXT_CASES = [
+    *README_CASES[:-1],
+    "estimate --model llama-3-70b --seq 8192 --tp 8 --pp 4 --dp 2 --microbatches 16 --zero 1",
+    "estimate --model llama-3-8b --gpu 4090 --seq 2048 --lora-rank 16 --quantize nf4",
+    "estimate --model mixtral-8x7b --seq 4096 --ep 8 --dp 8 --zero 1 --recompute full",
+    "estimate --model llama-3-8b --seq 4096 --recompute full --offload optimizer=cpu --wide",
+    "estimate --model qwen3-8b --seq 2048 --format markdown",
+    "estimate --model gemma-2-9b --seq 2048 --format csv --recompute selective",
+]
+"""Commands whose printed text (table, markdown, csv; 100 columns) is pinned, hashed."""
+
+
+def run_text(command: str) -> tuple[int, str]:
+    """Run ``memcalc COMMAND`` in-process at 100 columns: (exit code, stdout)."""
+    import os
+
+    from memcalc.cli import main
+
+    os.environ["COLUMNS"] = "100"
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        code = main(shlex.split(command))
+    return code, buf.getvalue()
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+TIMING_KEYS = (
+    "search_seconds",
+    "configurations_evaluated",
+    "configurations_estimated",
+    "rejected_by_memory_bound",
+    "skipped_by_time_bound",
+)
+"""How the planner's search ran (wall clock, and what its bounds pruned): not the answer. A
+bound computed in another order of float additions may prune one configuration more or
+less, never change what is found."""
+
+
+def full_digest(data: object) -> str:
+    """SHA-256 of the whole canonical JSON (only the planner's wall-clock fields removed)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
 def run_json(command: str) -> tuple[int, object]:
     """Run ``memcalc COMMAND --format json`` in-process: (exit code, parsed JSON or error)."""
     from memcalc.cli import main
@@ -99,7 +200,7 @@ def run_json(command: str) -> tuple[int, object]:
     if code != 0:
         return code, None
     data = json.loads(buf.getvalue())
-    for key in ("search_seconds", "configurations_evaluated"):
+    for key in TIMING_KEYS:
         data.pop(key, None)
     return code, data
 
@@ -145,7 +246,15 @@ def build() -> dict[str, object]:
     for c in grid_cases():
         code, data = run_json(c)
         grid[c] = digest(data) if code == 0 else f"exit {code}"
-    return {"readme": readme, "grid": grid}
+    layouts = {}
+    for c in layout_cases():
+        code, data = run_json(c)
+        layouts[c] = full_digest(data) if code == 0 else f"exit {code}"
+    text = {}
+    for c in TEXT_CASES:
+        code, out = run_text(c)
+        text[c] = text_digest(out) if code == 0 else f"exit {code}"
+    return {"readme": readme, "grid": grid, "layouts": layouts, "text": text}
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A model of torch's CUDA caching allocator, so that memory is judged on what a run reserves.
 
-- ``config``: ``PYTORCH_CUDA_ALLOC_CONF`` (``--alloc-conf``) parsed as torch parses it.
+- ``memcalc.alloc_conf`` (a module of the lowest layer, so that ``Options`` can hold it):
+  ``PYTORCH_CUDA_ALLOC_CONF`` (``--alloc-conf``) parsed as torch parses it.
 - ``sizes``: request rounding and segment sizes.
 - ``caching``: the allocator's policy (best fit, splitting, merging, the two pools, oversize
   blocks, expandable segments, garbage collection, the release-and-retry path).
@@ -10,8 +11,8 @@
 Rules and their sources: ``docs/allocator.md``. Never imports torch.
 """
 
+from memcalc.alloc_conf import AllocConf, alloc_conf_from_env, parse_alloc_conf
 from memcalc.allocator.caching import CachingAllocator, OutOfMemory
-from memcalc.allocator.config import AllocConf, alloc_conf_from_env, parse_alloc_conf
 from memcalc.allocator.events import StepTrace, step_trace, unmodelled
 from memcalc.allocator.replay import Replay, replay
 

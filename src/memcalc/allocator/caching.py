@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from memcalc.allocator.config import DEFAULT, AllocConf
+from memcalc.alloc_conf import DEFAULT, AllocConf
 from memcalc.allocator.sizes import (
     K_MIN_BLOCK_SIZE,
     K_SMALL_BUFFER,

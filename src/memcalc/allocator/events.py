@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from memcalc.graph.ops import Block, Op, OpGraph, ParamTensor, Saved
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, OptimizerKind, TrainingSetup
-from memcalc.strategies.recompute import ActivationPlan, Segments
+from memcalc.strategies.recompute import ActivationPlan, Recompute, Segments
 
 ALLOC, FREE = 0, 1
 
@@ -160,7 +160,7 @@ def _first_saved_ops(ops: Sequence[Op]) -> list[list[str]]:
 
 @dataclass(frozen=True)
 class _Role:
-    choice: str
+    choice: Recompute
     """none, selective or full (the last layer of a checkpointed segment rebuilds it)."""
     start: int
     last: int
@@ -171,16 +171,16 @@ def _role(plan: ActivationPlan, i: int) -> _Role:
     stack = plan.stack
     if isinstance(stack, Segments):
         start = i - i % stack.k
-        return _Role("full", start, min(start + stack.k, stack.layout.n) - 1)
+        return _Role(Recompute.full, start, min(start + stack.k, stack.layout.n) - 1)
     return _Role(stack.choice[stack.layout.kind_at(i)], i, i)
 
 
 def _kept(blk: Block, role: _Role, i: int) -> dict[str, Saved]:
     """Tensors layer ``i`` keeps from its forward to its backward."""
     saves = _unique(blk)
-    if role.choice == "none":
+    if role.choice is Recompute.none:
         return saves
-    if role.choice == "selective":
+    if role.choice is Recompute.selective:
         core = blk.core_only_names
         if not core:
             return saves
@@ -345,7 +345,7 @@ class _Step:
             blk, role = graph.block(i), _role(self.plan, i)
             for s in _kept(blk, role, i).values():
                 self.keep(i, s)
-            if role.choice == "full":
+            if role.choice is Recompute.full:
                 cache += [tr.alloc(s.nbytes) for s in _weight_casts(blk)]
         tr.mark("forward: head and loss")
         transient: list[int] = []
@@ -452,14 +452,16 @@ class _Step:
         incoming = tr.alloc(blk.input.nbytes)
         first = _first_saved_ops(blk.ops)
         core = [j for j, op in enumerate(blk.ops) if op.attention_core]
-        selective = role.choice == "selective" and bool(core) and bool(blk.core_only_names)
-        full = role.choice == "full" and i == role.last
+        selective = role.choice is Recompute.selective and bool(core) and bool(blk.core_only_names)
+        full = role.choice is Recompute.full and i == role.last
         saves = _unique(blk)
         copy = None
         for j in range(len(blk.ops) - 1, -1, -1):
             if selective and j == core[-1]:
-                for name in blk.core_only_names:
-                    self.keep(i, saves[name])
+                # in forward order (a set's order would change with the process's hash seed)
+                for name, t in saves.items():
+                    if name in blk.core_only_names:
+                        self.keep(i, t)
                 copy = tr.alloc(
                     sum(
                         s.nbytes
@@ -486,10 +488,10 @@ class _Step:
                     for key in keys:
                         self.drop(*key)
                     del spans[first_layer]
-            if role.choice == "full" and i == role.last:
+            if role.choice is Recompute.full and i == role.last:
                 self.rebuild(role)
             self.layer_backward(i, blk, role)
-            if role.choice == "full" and i == role.start:
+            if role.choice is Recompute.full and i == role.start:
                 self.drop(i, blk.input.name)  # the checkpoint's input, unless an op freed it
         for s in graph.checkpoint_extra_inputs:
             self.drop("extra", s.name)

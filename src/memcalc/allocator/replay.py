@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memcalc.alloc_conf import AllocConf
 from memcalc.allocator.caching import Block, CachingAllocator, OutOfMemory
-from memcalc.allocator.config import AllocConf
 from memcalc.allocator.events import ALLOC, StepTrace
 
 

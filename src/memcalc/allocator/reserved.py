@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memcalc.allocator.config import AllocConf
+from memcalc.alloc_conf import AllocConf
 from memcalc.allocator.events import step_trace, unmodelled
 from memcalc.allocator.replay import Replay, replay
 from memcalc.graph.ops import OpGraph

@@ -8,7 +8,7 @@ Source: ``c10/cuda/CUDACachingAllocator.cpp`` (the version ``docs/allocator.md``
 
 from __future__ import annotations
 
-from memcalc.allocator.config import AllocConf
+from memcalc.alloc_conf import AllocConf
 
 K_MIN_BLOCK_SIZE = 512
 """``kMinBlockSize``: every size is rounded to a multiple of 512 bytes."""
@@ -46,7 +46,7 @@ def round_size(size: int, conf: AllocConf) -> int:
     size's interval and a size above 512 x divisions, the next division; else the next
     multiple of 512.
 
-    >>> from memcalc.allocator.config import DEFAULT, parse_alloc_conf
+    >>> from memcalc.alloc_conf import DEFAULT, parse_alloc_conf
     >>> round_size(1, DEFAULT), round_size(513, DEFAULT), round_size(84 << 20, DEFAULT) >> 20
     (512, 1024, 84)
     >>> round_size(84 << 20, parse_alloc_conf("roundup_power2_divisions:4")) >> 20
@@ -65,7 +65,7 @@ def allocation_size(size: int, conf: AllocConf) -> int:
     block serves: 2 MiB for the small pool, ``large_segment_size`` (20 MiB) below 10 MiB,
     else the size rounded up to 2 MiB.
 
-    >>> from memcalc.allocator.config import DEFAULT
+    >>> from memcalc.alloc_conf import DEFAULT
     >>> [allocation_size(s, DEFAULT) >> 20 for s in (512, 1 << 20, (1 << 20) + 512, 30 << 20)]
     [2, 2, 20, 30]
     """

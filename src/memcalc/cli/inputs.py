@@ -13,8 +13,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from memcalc.allocator.config import DEFAULT as DEFAULT_ALLOC_CONF
-from memcalc.allocator.config import AllocConf, alloc_conf_from_env, parse_alloc_conf
+from memcalc.alloc_conf import DEFAULT as DEFAULT_ALLOC_CONF
+from memcalc.alloc_conf import AllocConf, alloc_conf_from_env, parse_alloc_conf
 from memcalc.cli.common import setup_fields
 from memcalc.errors import MemcalcError
 from memcalc.profiles import DEFAULT_GPU, GpuProfile, adhoc_profile, load_profile

@@ -5,7 +5,7 @@ real implementation and declaring exactly the tensors autograd saves for it, wit
 The sources are the autograd formulas in PyTorch's ``tools/autograd/derivatives.yaml`` and the
 HF modeling files (transformers 5.x); the GPT-2 lowering reproduces the reference measurements
 in ``shared/reference`` to the byte. Each distinct layer type is lowered once
-(``decoder_block``) and laid out over the stack (``Layout``), so the cost does not grow with
+(``decoder_block``) and laid out over the stack (``LayerLayout``), so the cost does not grow with
 depth.
 """
 
@@ -17,7 +17,7 @@ from memcalc.graph.blocks.block import decoder_block
 from memcalc.graph.blocks.embedding import embeddings, rotary_tables
 from memcalc.graph.blocks.head import head_and_loss
 from memcalc.graph.blocks.moe import aux_loss
-from memcalc.graph.layout import Layout
+from memcalc.graph.layout import LayerLayout
 from memcalc.graph.ops import Block, Component, OpGraph, Saved, SpanInput
 from memcalc.graph.scope import Dims, FineTune, Scope
 from memcalc.spec.families import family_of
@@ -131,8 +131,20 @@ _CACHE_SIZE = 512
 def lower_cached(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:
     """``lower``, remembered for the setup fields the lowering reads (the planner estimates one
     graph under many data-parallel sizes, ZeRO stages, offloads and pipeline splits)."""
+    key = lowering_key(spec, setup, device)
+    graph = _CACHE.get(key)
+    if graph is None:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.clear()
+        graph = _CACHE[key] = lower(spec, setup, device=device)
+    return graph
+
+
+def lowering_key(spec: ModelSpec, setup: TrainingSetup, device: str) -> tuple[object, ...]:
+    """What ``lower`` reads: two setups with one key lower to the same graph (checked field
+    by field in tests/test_layout.py)."""
     par = setup.parallel
-    key = (
+    return (
         spec,
         setup.batch,
         setup.seq,
@@ -142,6 +154,7 @@ def lower_cached(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda")
         setup.dropout,
         par.tp,
         par.sequence_parallel,
+        par.dtensor_tp,
         par.cp,
         par.ep,
         setup.moe_imbalance,
@@ -152,12 +165,6 @@ def lower_cached(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda")
         setup.embedding_output_requires_grad,
         device,
     )
-    graph = _CACHE.get(key)
-    if graph is None:
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.clear()
-        graph = _CACHE[key] = lower(spec, setup, device=device)
-    return graph
 
 
 def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:
@@ -196,7 +203,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     if not first_grad and not spec.first_layers:
         # the pattern starts again after the first layer
         period = period[1:] + period[:1]
-    layout = Layout.periodic(period, spec.num_layers, head=head)
+    layout = LayerLayout.periodic(period, spec.num_layers, head=head)
     counts = layout.counts(len(types))
     kinds: list[Block] = []
     shared: dict[str, Saved] = {}

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from memcalc.allocator.config import alloc_conf_from_env
+from memcalc.alloc_conf import alloc_conf_from_env
 from memcalc.errors import MemcalcError
 from memcalc.estimate import Options
 from memcalc.profiles import GpuProfile, load_profile

@@ -91,9 +91,6 @@ class SavedTensorRecorder:
     whose data pointer changes at every all-gather."""
     bytes_by_key: dict[int, int] = field(default_factory=dict)
     dtype_by_key: dict[int, str] = field(default_factory=dict)
-    scope_by_key: dict[int, str] = field(default_factory=dict)
-    scope: str = "<root>"
-    """Set by the caller (e.g. a module pre-hook) to attribute storages to a block."""
     recording: bool = False
     """Inside ``hooks()``: a storage freed now was not held until backward."""
     freed_bytes: int = 0
@@ -114,7 +111,6 @@ class SavedTensorRecorder:
                 continue
             self.bytes_by_key[key] = x.untyped_storage().nbytes()
             self.dtype_by_key[key] = _dtype_name(x.dtype)
-            self.scope_by_key[key] = self.scope
             weakref.finalize(t.untyped_storage(), self._freed, key)
         return t
 
@@ -122,7 +118,6 @@ class SavedTensorRecorder:
         if self.recording and key in self.bytes_by_key:
             self.freed_bytes += self.bytes_by_key.pop(key)
             self.dtype_by_key.pop(key)
-            self.scope_by_key.pop(key)
 
     @contextlib.contextmanager
     def hooks(self) -> Iterator[None]:
@@ -137,12 +132,6 @@ class SavedTensorRecorder:
     @property
     def total_bytes(self) -> int:
         return sum(self.bytes_by_key.values())
-
-    def bytes_by_scope(self) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
-        for key, nbytes in self.bytes_by_key.items():
-            out[self.scope_by_key[key]] += nbytes
-        return dict(out)
 
     def bytes_by_dtype(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)

@@ -31,11 +31,12 @@ from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts
-from memcalc.plan.space import Layout
+from memcalc.plan.space import Candidate
 from memcalc.plan.strategies import OFFLOADS
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
+from memcalc.steptime import communication_seconds, step_time
 from memcalc.strategies.comms import StepShape, step_transfers
 from memcalc.strategies.offload import Offload, OffloadWhat, OffloadWhere
 from memcalc.strategies.pipeline import in_flight, pipeline_stages
@@ -88,7 +89,7 @@ class StageFacts:
         return min(p.stored_bytes for p in self.plans.values())
 
 
-def layout_setup(base: TrainingSetup, layout: Layout, zero: int = 0) -> TrainingSetup:
+def layout_setup(base: TrainingSetup, layout: Candidate, zero: int = 0) -> TrainingSetup:
     """``base`` run on ``layout`` at ZeRO ``zero``."""
     return base.replace(batch=layout.batch, parallel=layout.parallel.replace(zero=zero))
 
@@ -128,7 +129,7 @@ class Bounds:
         self._transfers: dict[tuple[object, ...], tuple[float, float]] = {}
         self.links = links_of(gpu)
 
-    def facts(self, layout: Layout) -> StageFacts | None:
+    def facts(self, layout: Candidate) -> StageFacts | None:
         """The first stage's facts, or None when the layout cannot run this model (a tp that
         does not divide the heads, more stages than layers)."""
         par = layout.parallel
@@ -146,7 +147,7 @@ class Bounds:
             )
         return self._facts[key]
 
-    def _shared(self, layout: Layout) -> StageFacts | None:
+    def _shared(self, layout: Candidate) -> StageFacts | None:
         """What does not depend on the accumulation or data-parallel size (in_flight unset)."""
         par = layout.parallel
         key = (layout.batch, par.tp, par.cp, par.pp, par.ep)
@@ -154,7 +155,7 @@ class Bounds:
             self._by_split[key] = self._compute(layout)
         return self._by_split[key]
 
-    def _compute(self, layout: Layout) -> StageFacts | None:
+    def _compute(self, layout: Candidate) -> StageFacts | None:
         setup = layout_setup(self.base, layout)
         try:
             graph = lower_cached(self.spec, setup)
@@ -205,22 +206,19 @@ class Bounds:
             )
         return hit
 
-    def communication(self, facts: StageFacts, layout: Layout, zero: int) -> tuple[float, float]:
+    def communication(self, facts: StageFacts, layout: Candidate, zero: int) -> tuple[float, float]:
         """Seconds of the first stage's collectives without recompute: (on the critical path,
         overlapping compute). Recompute only repeats some of them."""
         par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
         key = (id(facts.shape), par)
         hit = self._transfers.get(key)
         if hit is None:
-            transfers = step_transfers(par, facts.shape, self.links)
-            hit = self._transfers[key] = (
-                sum(t.seconds for t in transfers if not t.overlaps),
-                sum(t.seconds for t in transfers if t.overlaps),
-            )
+            transfers = tuple(step_transfers(par, facts.shape, self.links))
+            hit = self._transfers[key] = communication_seconds(transfers)
         return hit
 
     def configurations(
-        self, facts: StageFacts, layout: Layout, zeros: tuple[int, ...], choices: list[int]
+        self, facts: StageFacts, layout: Candidate, zeros: tuple[int, ...], choices: list[int]
     ) -> tuple[
         list[tuple[int, int, Recompute, int, float]], int, tuple[int, int, Recompute, int, float]
     ]:
@@ -232,7 +230,6 @@ class Bounds:
         m, k, outside = par.microbatches, facts.in_flight, facts.outside_blocks_bytes
         k_later = facts.in_flight_later
         fps = self.flops_per_s
-        stretch = m + (par.pp - 1) / par.vpp  # micro-batch times per step, bubble included
         compute = 3 * facts.forward_flops / fps
         backward_window = m * 2 * facts.forward_flops / fps
         last = 3 * facts.last_forward_flops / fps
@@ -257,7 +254,6 @@ class Bounds:
                 grads = placed.gpu_gradient_bytes
                 accumulated = grads if m > 1 and placed.grads_resident else 0
                 states = placed.gpu_parameter_bytes + placed.gpu_optimizer_bytes + overhead
-                fixed = critical + placed.cpu_step_seconds + placed.exposed_seconds
                 overlapped = placed.overlapped_seconds
                 acts_off = ACTIVATIONS in OFFLOADS[choice]
                 for r, stored, extra, last_extra in plans:
@@ -278,16 +274,28 @@ class Bounds:
                         if accumulated:
                             cap = min(cap, (usable - states - accumulated) // (k_later or 1))
                         extra = int(max(0, none_stored - cap) * per_byte)
-                    per_micro_batch = compute + extra / fps
-                    window = per_micro_batch * m
                     # save_on_cpu moves every micro-batch's activations down and back up
-                    moved = overlapped + (stored - acts) * to_host
-                    seconds = per_micro_batch * stretch + fixed
-                    if overlapping > window:
-                        seconds += overlapping - window
-                    if moved > backward_window:
-                        seconds += moved - backward_window
-                    tail = (last + last_extra / fps) * stretch
+                    seconds = step_time(
+                        micro_batch_compute_seconds=compute,
+                        micro_batch_recompute_seconds=extra / fps,
+                        microbatches=m,
+                        pp=par.pp,
+                        vpp=par.vpp,
+                        critical_communication_seconds=critical,
+                        overlapping_communication_seconds=overlapping,
+                        offload_overlapped_seconds=overlapped + (stored - acts) * to_host,
+                        offload_exposed_seconds=placed.exposed_seconds,
+                        backward_window_seconds=backward_window,
+                        cpu_optimizer_seconds=placed.cpu_step_seconds,
+                    ).total_seconds
+                    # the last stage (LM head and loss) computes at least as long
+                    tail = step_time(
+                        micro_batch_compute_seconds=last,
+                        micro_batch_recompute_seconds=last_extra / fps,
+                        microbatches=m,
+                        pp=par.pp,
+                        vpp=par.vpp,
+                    ).total_seconds
                     if tail > seconds:
                         seconds = tail
                     out.append((zero, choice, r, memory, seconds))

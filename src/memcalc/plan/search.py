@@ -25,7 +25,7 @@ from typing import NamedTuple
 from memcalc.errors import MemcalcError
 from memcalc.estimate import Breakdown, Options, estimate
 from memcalc.plan.bounds import Bounds, StageFacts, layout_setup
-from memcalc.plan.space import Layout, layouts
+from memcalc.plan.space import Candidate, layouts
 from memcalc.plan.strategies import OFFLOADS, complexity
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
@@ -65,7 +65,7 @@ class Config(NamedTuple):
 
     seconds_per_token_bound: float
     memory_bound: int
-    layout: Layout
+    layout: Candidate
     zero: int
     offload: int
     """Index into ``strategies.OFFLOADS``."""
@@ -76,7 +76,7 @@ class Config(NamedTuple):
 class Row:
     """A configuration estimated in full."""
 
-    layout: Layout
+    layout: Candidate
     breakdown: Breakdown
 
     @property
@@ -206,7 +206,7 @@ class _Search:
                 return row
         return None
 
-    def _enumerate(self) -> tuple[list[Layout], list[Config]]:
+    def _enumerate(self) -> tuple[list[Candidate], list[Config]]:
         """Every layout, and the configurations that pass the memory bound."""
         req, spec = self.request, self.request.spec
         shapes = list(
@@ -229,7 +229,7 @@ class _Search:
                 self.progress(0.5 * i / max(1, len(shapes)))
         return shapes, passing
 
-    def _configs(self, layout: Layout, facts: StageFacts) -> list[Config]:
+    def _configs(self, layout: Candidate, facts: StageFacts) -> list[Config]:
         """The layout's configurations that pass the memory bound (the rest are counted)."""
         tokens = layout.sequences * self.request.setup.seq
         zeros = (0, 1, 2, 3) if layout.parallel.dp > 1 else (0,)
@@ -343,7 +343,7 @@ class _Search:
         return row
 
 
-def _layout_key(layout: Layout) -> tuple[object, ...]:
+def _layout_key(layout: Candidate) -> tuple[object, ...]:
     """Rows differ by parallel layout; micro-batch variants of one layout share a row."""
     p = layout.parallel
     return (p.dp, p.tp, p.pp, p.cp, p.ep, p.vpp)

@@ -37,7 +37,7 @@ VIRTUAL_STAGES = 2
 
 
 @dataclass(frozen=True)
-class Layout:
+class Candidate:
     """One parallel layout with its micro-batch (ZeRO stage 0; the search varies it)."""
 
     parallel: Parallelism
@@ -108,7 +108,7 @@ def layouts(
     global_batch: int | None,
     batch: int,
     microbatches: int,
-) -> Iterator[Layout]:
+) -> Iterator[Candidate]:
     """Every layout of the search (see the module docstring), fewest GPUs first."""
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(gpus_per_node, max_gpus)]
     cps = [c for c in CP_CHOICES if c == 1 or seq % (2 * c) == 0]
@@ -124,7 +124,7 @@ def layouts(
                     for mb, m in _batches(dp, pp, global_batch, batch, microbatches, seq):
                         for vpp in _virtual(spec.num_layers, pp, m):
                             for ep in _expert_parallel(experts, dp):
-                                yield Layout(
+                                yield Candidate(
                                     Parallelism(
                                         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, microbatches=m
                                     ),

@@ -14,6 +14,7 @@ is a LayerNorm, learned-position, fused-qkv GELU model.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
@@ -69,6 +70,36 @@ class Family(str, Enum):
     qwen3_moe = "qwen3_moe"
     deepseek_v2 = "deepseek_v2"
     deepseek_v3 = "deepseek_v3"
+
+
+@dataclass(frozen=True)
+class FamilyRules:
+    """What a family's implementation allows, as its ``FamilyDef`` (``spec/families/``)
+    registers it when it is built: ModelSpec validates against it without importing the
+    families (they import ModelSpec)."""
+
+    defaults: Mapping[str, Any]
+    """ModelSpec fields a spec of this family may leave out, and their values."""
+    dropouts: tuple[str, ...]
+    """The dropout rates the implementation has (what ``--dropout`` sets)."""
+    check: Callable[[ModelSpec], None]
+    """Rules a spec of this family must follow (raise a FieldError)."""
+
+
+_FAMILY_RULES: dict[Family, FamilyRules] = {}
+
+
+def register_family_rules(family: Family, rules: FamilyRules) -> None:
+    """Called by each ``FamilyDef`` as it is built (importing ``memcalc.spec`` loads them)."""
+    _FAMILY_RULES[family] = rules
+
+
+def family_rules(family: Family) -> FamilyRules:
+    """The registered rules of ``family``."""
+    try:
+        return _FAMILY_RULES[family]
+    except KeyError:  # pragma: no cover - memcalc.spec imports every family module
+        raise FieldError("family", f"{family.value} has no family module loaded") from None
 
 
 class Activation(str, Enum):
@@ -468,9 +499,7 @@ class ModelSpec:
             except ValueError:
                 family = None
         if isinstance(family, Family):
-            from memcalc.spec.families import family_def
-
-            defaults = family_def(family).defaults
+            defaults = family_rules(family).defaults
         else:
             defaults = {}  # check() names the bad family
         for f in dataclasses.fields(self):
@@ -513,9 +542,7 @@ class ModelSpec:
                 f"multi-head latent attention expands keys and values to every head: must "
                 f"equal num_heads ({self.num_heads}), got {self.kv_heads}",
             )
-        from memcalc.spec.families import family_of
-
-        family_of(self).check(self)
+        family_rules(self.family).check(self)
 
     def replace(self, **changes: object) -> ModelSpec:
         """A copy with ``changes``, validated."""
@@ -576,6 +603,4 @@ class ModelSpec:
         """The same model with every dropout rate it has set to ``rate`` (the --dropout
         override). A family without embedding or residual dropout (Llama has attention dropout
         only) keeps those at 0: its implementation has no such dropout to turn on."""
-        from memcalc.spec.families import family_of
-
-        return self.replace(**{f: rate for f in family_of(self).dropouts})
+        return self.replace(**{f: rate for f in family_rules(self.family).dropouts})

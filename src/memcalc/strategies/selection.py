@@ -4,9 +4,9 @@ strategy the command-line flags choose (validated)."""
 from __future__ import annotations
 
 from memcalc.errors import MemcalcError
-from memcalc.estimate import MIN_MFU, Options
 from memcalc.spec.training import OptimizerKind, TrainingSetup
 from memcalc.strategies.offload import Offload, OffloadWhat
+from memcalc.strategies.options import MIN_MFU, Options
 from memcalc.strategies.recompute import Recompute, sqrt_k
 from memcalc.units import parse_size
 

@@ -56,8 +56,6 @@ def launch(
     progress: Any = None,
 ) -> list[dict[str, Any]]:
     """Run ``request`` on ``nproc`` ranks; every rank's Measurement as a dict, rank order."""
-    import memcalc
-
     say = progress or (lambda _msg: None)
     with tempfile.TemporaryDirectory(prefix="memcalc-measure-") as tmp:
         out = Path(tmp)
@@ -78,7 +76,7 @@ def launch(
             str(out),
         ]
         env = dict(os.environ)
-        src = str(Path(memcalc.__file__).resolve().parent.parent)
+        src = str(Path(__file__).resolve().parents[3])  # the folder holding memcalc/
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         env.setdefault("OMP_NUM_THREADS", "1")
         if sys.platform.startswith("linux"):

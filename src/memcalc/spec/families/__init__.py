@@ -1,9 +1,9 @@
 """Model families: each maps its HF ``config.json`` to ModelSpec features and back, and says
 how its implementation writes the ops. A new family is one module of this package with a
 ``FamilyDef`` per model_type in ``FAMILIES`` (found by ``family_modules``) and its published
-models in ``PRESETS``. Presets are built when their module is imported, which loads the whole
-registry: a family module defines ``FAMILIES`` before ``PRESETS`` and imports no other family
-module (what several share lives in ``base``)."""
+models in ``PRESETS``. A module defines ``FAMILIES`` before ``PRESETS``: each ``FamilyDef``
+registers its rules with ModelSpec as it is built, and the presets are validated against them.
+Family modules import no other family module; what several share lives in ``base``."""
 
 from __future__ import annotations
 

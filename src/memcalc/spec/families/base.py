@@ -9,7 +9,8 @@ from pathlib import PurePath
 from typing import Any, TypeVar
 
 from memcalc.errors import MemcalcError
-from memcalc.spec.model import Family, LayerType, ModelSpec
+from memcalc.periodic import smallest_period
+from memcalc.spec.model import Family, FamilyRules, LayerType, ModelSpec, register_family_rules
 from memcalc.validate import FieldError
 
 LLAMA_NAMES: dict[str, str] = {
@@ -161,6 +162,9 @@ class FamilyDef:
     check: Callable[[ModelSpec], None] = lambda spec: None
     """Family rules a spec must follow (e.g. Llama has no residual dropout)."""
 
+    def __post_init__(self) -> None:
+        register_family_rules(self.family, FamilyRules(self.defaults, self.dropouts, self.check))
+
 
 T = TypeVar("T")
 
@@ -181,24 +185,10 @@ def compress_layers(kinds: Sequence[T]) -> tuple[tuple[T, ...], tuple[T, ...]]:
     kinds = tuple(kinds)
     best: tuple[tuple[T, ...], tuple[T, ...]] = ((), kinds)
     for head in range(min(len(kinds), MAX_HEAD + 1)):
-        period = _period(kinds[head:])
+        period = smallest_period(kinds[head:])
         if head + period < len(best[0]) + len(best[1]):  # ties: the shorter head
             best = (kinds[:head], kinds[head : head + period])
     return best
-
-
-def _period(seq: Sequence[Any]) -> int:
-    """The smallest p with ``seq[i] == seq[i + p]`` for every i (KMP failure function)."""
-    n = len(seq)
-    fail = [0] * n
-    j = 0
-    for i in range(1, n):
-        while j and seq[i] != seq[j]:
-            j = fail[j - 1]
-        if seq[i] == seq[j]:
-            j += 1
-        fail[i] = j
-    return n - fail[-1] if n else 0
 
 
 HF_LAYER_TYPES = {"full_attention": LayerType.full, "sliding_attention": LayerType.sliding}
@@ -232,15 +222,9 @@ class HfConfig:
             raise MemcalcError(f"{self.source}: {key}: missing (required for {model_type})")
         return self.cfg[key]
 
-    def fail(self, key: str, problem: str) -> MemcalcError:
-        """A one-line error about ``key`` of this file."""
-        from memcalc.validate import FieldError
-
-        return FieldError(key, problem, self.source)
-
     def refuse(self, key: str, value: Any, why: str) -> MemcalcError:
         """The error for a value of ``key`` that memcalc does not model, and why."""
-        return self.fail(key, f"{value!r} is not modelled ({why})")
+        return self.error(key, f"{value!r} is not modelled ({why})")
 
     def layer_types(self, n: int, key: str = "layer_types") -> tuple[LayerType, ...] | None:
         """``cfg[key]``: one HF layer type per layer (``full_attention`` /
@@ -249,12 +233,12 @@ class HfConfig:
         if value is None:
             return None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(key, f"expected a list of layer type names, got {value!r}")
+            raise self.error(key, f"expected a list of layer type names, got {value!r}")
         if len(value) != n:
-            raise self.fail(key, f"lists {len(value)} layers, num_hidden_layers is {n}")
+            raise self.error(key, f"lists {len(value)} layers, num_hidden_layers is {n}")
         bad = sorted({v for v in value if v not in HF_LAYER_TYPES})
         if bad:
-            raise self.fail(
+            raise self.error(
                 key, f"unknown layer type {bad[0]!r}; memcalc reads: {', '.join(HF_LAYER_TYPES)}"
             )
         return tuple(HF_LAYER_TYPES[v] for v in value)
@@ -356,6 +340,12 @@ def llama_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
         if model_type == "qwen2":
             out |= {"use_sliding_window": True, "max_window_layers": len(spec.first_layers)}
     return out
+
+
+def require(ok: bool, model_type: str, what: str) -> None:
+    """A spec feature the HF config of ``model_type`` cannot express."""
+    if not ok:
+        raise MemcalcError(f"--impl hf: {model_type} cannot express this spec: {what}")
 
 
 def attention_dropout_only(spec: ModelSpec) -> None:

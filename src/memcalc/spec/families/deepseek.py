@@ -25,17 +25,17 @@ transformers' own implementation does not read them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 from memcalc.spec.families.base import (
     FamilyDef,
     HfConfig,
     Implementation,
+    attention_dropout_only,
     attention_to_hf,
+    require,
     split_layers,
 )
-from memcalc.spec.families.mixtral import attention_dropout_only, require
 from memcalc.spec.model import MAX_LAYERS, Family, LayerType, MlaSpec, ModelSpec, MoeSpec, Router
 from memcalc.validate import FieldError
 
@@ -259,78 +259,65 @@ FAMILIES = (
 )
 
 
-@cache
-def presets() -> tuple[ModelSpec, ...]:
-    """The published models of these families (built on first use: a ModelSpec reads the
-    family registry, which imports this module)."""
-    return (
-        # deepseek-ai/DeepSeek-V2-Lite config.json (tests/data/hf/deepseek-v2-lite.json): 15.7B
-        # parameters, 2.7B active (6 of 64 experts + 2 shared); layer 0 dense.
-        ModelSpec(
-            name="deepseek-v2-lite",
-            family=Family.deepseek_v2,
-            vocab_size=102400,
-            hidden_size=2048,
-            num_layers=27,
-            num_heads=16,
-            num_kv_heads=16,
-            head_dim=64,
-            intermediate_size=10944,
-            max_position_embeddings=163840,
-            first_layers=(LayerType.full,),
-            layer_pattern=(LayerType.full_moe,),
-            mla=MlaSpec(
-                kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
-            ),
-            moe=MoeSpec(
-                num_experts=64,
-                top_k=6,
-                expert_size=1408,
-                shared_experts=2,
-                router_fp32=True,
-                norm_topk_prob=False,
-            ),
+PRESETS = (
+    # deepseek-ai/DeepSeek-V2-Lite config.json (tests/data/hf/deepseek-v2-lite.json): 15.7B
+    # parameters, 2.7B active (6 of 64 experts + 2 shared); layer 0 dense.
+    ModelSpec(
+        name="deepseek-v2-lite",
+        family=Family.deepseek_v2,
+        vocab_size=102400,
+        hidden_size=2048,
+        num_layers=27,
+        num_heads=16,
+        num_kv_heads=16,
+        head_dim=64,
+        intermediate_size=10944,
+        max_position_embeddings=163840,
+        first_layers=(LayerType.full,),
+        layer_pattern=(LayerType.full_moe,),
+        mla=MlaSpec(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+        moe=MoeSpec(
+            num_experts=64,
+            top_k=6,
+            expert_size=1408,
+            shared_experts=2,
+            router_fp32=True,
+            norm_topk_prob=False,
         ),
-        # deepseek-ai/DeepSeek-V3 config.json (tests/data/hf/deepseek-v3.json): 671.0B parameters
-        # (no MTP layer in HF), 37.6B active (8 of 256 experts + 1 shared); layers 0-2 dense.
-        ModelSpec(
-            name="deepseek-v3",
-            family=Family.deepseek_v3,
-            vocab_size=129280,
-            hidden_size=7168,
-            num_layers=61,
-            num_heads=128,
-            num_kv_heads=128,
-            head_dim=64,
-            intermediate_size=18432,
-            max_position_embeddings=163840,
-            first_layers=(LayerType.full,) * 3,
-            layer_pattern=(LayerType.full_moe,),
-            mla=MlaSpec(
-                q_lora_rank=1536,
-                kv_lora_rank=512,
-                qk_nope_head_dim=128,
-                qk_rope_head_dim=64,
-                v_head_dim=128,
-            ),
-            moe=MoeSpec(
-                num_experts=256,
-                top_k=8,
-                expert_size=2048,
-                shared_experts=1,
-                router=Router.sigmoid,
-                router_fp32=True,
-                group_limited=True,
-                groups=8,
-                topk_groups=4,
-                routed_scaling=2.5,
-            ),
+    ),
+    # deepseek-ai/DeepSeek-V3 config.json (tests/data/hf/deepseek-v3.json): 671.0B parameters
+    # (no MTP layer in HF), 37.6B active (8 of 256 experts + 1 shared); layers 0-2 dense.
+    ModelSpec(
+        name="deepseek-v3",
+        family=Family.deepseek_v3,
+        vocab_size=129280,
+        hidden_size=7168,
+        num_layers=61,
+        num_heads=128,
+        num_kv_heads=128,
+        head_dim=64,
+        intermediate_size=18432,
+        max_position_embeddings=163840,
+        first_layers=(LayerType.full,) * 3,
+        layer_pattern=(LayerType.full_moe,),
+        mla=MlaSpec(
+            q_lora_rank=1536,
+            kv_lora_rank=512,
+            qk_nope_head_dim=128,
+            qk_rope_head_dim=64,
+            v_head_dim=128,
         ),
-    )
-
-
-def __getattr__(name: str) -> Any:
-    """``PRESETS``, the module's presets (see ``spec/families/__init__.py``), built lazily."""
-    if name == "PRESETS":
-        return presets()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        moe=MoeSpec(
+            num_experts=256,
+            top_k=8,
+            expert_size=2048,
+            shared_experts=1,
+            router=Router.sigmoid,
+            router_fp32=True,
+            group_limited=True,
+            groups=8,
+            topk_groups=4,
+            routed_scaling=2.5,
+        ),
+    ),
+)

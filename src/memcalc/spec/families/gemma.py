@@ -120,7 +120,7 @@ def _layers(c: HfConfig, n: Any, default: tuple[LayerType, ...], window: Any) ->
         return {"sliding_window": window}  # the spec names the bad num_hidden_layers
     types = c.layer_types(n) or default
     if window is None and LayerType.sliding in types:
-        raise c.fail("sliding_window", "missing (required for sliding_attention layers)")
+        raise c.error("sliding_window", "missing (required for sliding_attention layers)")
     first, pattern = compress_layers(types)
     return {"sliding_window": window, "first_layers": first, "layer_pattern": pattern}
 

@@ -7,37 +7,20 @@ always renormalised; the weights stay fp32) and ``MixtralExperts`` (SwiGLU exper
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
-from memcalc.errors import MemcalcError
 from memcalc.spec.families.base import (
     FamilyDef,
     HfConfig,
     Implementation,
+    attention_dropout_only,
     attention_to_hf,
     llama_attention,
+    require,
 )
 from memcalc.spec.model import Family, LayerType, ModelSpec, MoeSpec, QkNorm, Router
-from memcalc.validate import FieldError
 
 IMPL = Implementation()
-
-
-def attention_dropout_only(spec: ModelSpec) -> None:
-    """The Llama-style MoE families have attention dropout only."""
-    if spec.embedding_dropout or spec.residual_dropout:
-        raise FieldError(
-            "residual_dropout",
-            f"the {spec.family.value} implementation has attention dropout only; "
-            "embedding_dropout and residual_dropout must be 0",
-        )
-
-
-def require(ok: bool, model_type: str, what: str) -> None:
-    """A spec feature the HF config of ``model_type`` cannot express."""
-    if not ok:
-        raise MemcalcError(f"--impl hf: {model_type} cannot express this spec: {what}")
 
 
 def mixtral_from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:
@@ -103,30 +86,19 @@ FAMILIES = (
 )
 
 
-@cache
-def presets() -> tuple[ModelSpec, ...]:
-    """The published models of these families (built on first use: a ModelSpec reads the
-    family registry, which imports this module)."""
-    return (
-        # mistralai/Mixtral-8x7B-v0.1 config.json (tests/data/hf/mixtral-8x7b.json): 46.7B
-        # parameters, 12.9B active (2 of 8 experts).
-        ModelSpec(
-            name="mixtral-8x7b",
-            family=Family.mixtral,
-            vocab_size=32000,
-            hidden_size=4096,
-            num_layers=32,
-            num_heads=32,
-            num_kv_heads=8,
-            intermediate_size=14336,
-            max_position_embeddings=32768,
-            moe=MoeSpec(num_experts=8, top_k=2, expert_size=14336),
-        ),
-    )
-
-
-def __getattr__(name: str) -> Any:
-    """``PRESETS``, the module's presets (see ``spec/families/__init__.py``), built lazily."""
-    if name == "PRESETS":
-        return presets()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+PRESETS = (
+    # mistralai/Mixtral-8x7B-v0.1 config.json (tests/data/hf/mixtral-8x7b.json): 46.7B
+    # parameters, 12.9B active (2 of 8 experts).
+    ModelSpec(
+        name="mixtral-8x7b",
+        family=Family.mixtral,
+        vocab_size=32000,
+        hidden_size=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        intermediate_size=14336,
+        max_position_embeddings=32768,
+        moe=MoeSpec(num_experts=8, top_k=2, expert_size=14336),
+    ),
+)

@@ -46,7 +46,7 @@ def qwen_sliding_layers(c: HfConfig, num_layers: Any) -> dict[str, Any]:
     types = c.layer_types(num_layers)
     if window is None:
         if types is not None and LayerType.sliding in types:
-            raise c.fail(
+            raise c.error(
                 "layer_types",
                 "sliding_attention layers need use_sliding_window: true and a sliding_window",
             )
@@ -54,7 +54,7 @@ def qwen_sliding_layers(c: HfConfig, num_layers: Any) -> dict[str, Any]:
     if types is None:
         first = c.get("first_layers", "max_window_layers", MAX_WINDOW_LAYERS)
         if not isinstance(first, int) or isinstance(first, bool) or first < 0:
-            raise c.fail("max_window_layers", f"expected a layer count, got {first!r}")
+            raise c.error("max_window_layers", f"expected a layer count, got {first!r}")
         types = tuple(LayerType.full if i < first else LayerType.sliding for i in range(num_layers))
     first_layers, pattern = compress_layers(types)
     return {"sliding_window": window, "first_layers": first_layers, "layer_pattern": pattern}

@@ -19,7 +19,6 @@ width ``moe_intermediate_size``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 from memcalc.spec.families.base import (
@@ -27,12 +26,13 @@ from memcalc.spec.families.base import (
     FamilyDef,
     HfConfig,
     Implementation,
+    attention_dropout_only,
     attention_to_hf,
     layer_types,
     llama_attention,
+    require,
     split_layers,
 )
-from memcalc.spec.families.mixtral import attention_dropout_only, require
 from memcalc.spec.model import Family, LayerType, ModelSpec, MoeSpec, QkNorm, Router
 
 QWEN2_MOE = Implementation(
@@ -253,55 +253,44 @@ FAMILIES = (
 )
 
 
-@cache
-def presets() -> tuple[ModelSpec, ...]:
-    """The published models of these families (built on first use: a ModelSpec reads the
-    family registry, which imports this module)."""
-    return (
-        # Qwen/Qwen3-30B-A3B config.json (tests/data/hf/qwen3-30b-a3b.json): 30.5B parameters,
-        # 3.3B active (8 of 128 experts); every layer an MoE layer.
-        ModelSpec(
-            name="qwen3-30b-a3b",
-            family=Family.qwen3_moe,
-            vocab_size=151936,
-            hidden_size=2048,
-            num_layers=48,
-            num_heads=32,
-            num_kv_heads=4,
-            head_dim=128,
-            intermediate_size=6144,
-            max_position_embeddings=40960,
-            layer_pattern=(LayerType.full_moe,),
-            moe=MoeSpec(num_experts=128, top_k=8, expert_size=768, norm_topk_prob=True),
+PRESETS = (
+    # Qwen/Qwen3-30B-A3B config.json (tests/data/hf/qwen3-30b-a3b.json): 30.5B parameters,
+    # 3.3B active (8 of 128 experts); every layer an MoE layer.
+    ModelSpec(
+        name="qwen3-30b-a3b",
+        family=Family.qwen3_moe,
+        vocab_size=151936,
+        hidden_size=2048,
+        num_layers=48,
+        num_heads=32,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=6144,
+        max_position_embeddings=40960,
+        layer_pattern=(LayerType.full_moe,),
+        moe=MoeSpec(num_experts=128, top_k=8, expert_size=768, norm_topk_prob=True),
+    ),
+    # Qwen/Qwen1.5-MoE-A2.7B config.json (tests/data/hf/qwen1.5-moe-a2.7b.json): 14.3B
+    # parameters, 2.7B active (4 of 60 experts + the gated shared expert).
+    ModelSpec(
+        name="qwen1.5-moe-a2.7b",
+        family=Family.qwen2_moe,
+        vocab_size=151936,
+        hidden_size=2048,
+        num_layers=24,
+        num_heads=16,
+        num_kv_heads=16,
+        intermediate_size=5632,
+        max_position_embeddings=32768,
+        layer_pattern=(LayerType.full_moe,),
+        moe=MoeSpec(
+            num_experts=60,
+            top_k=4,
+            expert_size=1408,
+            shared_experts=1,
+            shared_expert_size=5632,
+            shared_expert_gate=True,
+            norm_topk_prob=False,
         ),
-        # Qwen/Qwen1.5-MoE-A2.7B config.json (tests/data/hf/qwen1.5-moe-a2.7b.json): 14.3B
-        # parameters, 2.7B active (4 of 60 experts + the gated shared expert).
-        ModelSpec(
-            name="qwen1.5-moe-a2.7b",
-            family=Family.qwen2_moe,
-            vocab_size=151936,
-            hidden_size=2048,
-            num_layers=24,
-            num_heads=16,
-            num_kv_heads=16,
-            intermediate_size=5632,
-            max_position_embeddings=32768,
-            layer_pattern=(LayerType.full_moe,),
-            moe=MoeSpec(
-                num_experts=60,
-                top_k=4,
-                expert_size=1408,
-                shared_experts=1,
-                shared_expert_size=5632,
-                shared_expert_gate=True,
-                norm_topk_prob=False,
-            ),
-        ),
-    )
-
-
-def __getattr__(name: str) -> Any:
-    """``PRESETS``, the module's presets (see ``spec/families/__init__.py``), built lazily."""
-    if name == "PRESETS":
-        return presets()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    ),
+)

@@ -1,0 +1,100 @@
+"""The lowering cache keys on everything the lowering reads: for every field of TrainingSetup and
+Parallelism, a setup changed in that field either has another cache key or lowers to the same
+graph. (The planner and the snapshot grid estimate many setups in one process: a field missing
+from the key hands one setup another's graph -- the torch-parallel estimate of llama-2-7b came
+out with Megatron's saved tensors after a plan had lowered the Megatron one.)"""
+
+import itertools
+from dataclasses import fields
+
+import pytest
+
+from memcalc.graph.lower import lower, lower_cached, lowering_key
+from memcalc.spec.finetune import LoraSpec, Quantize
+from memcalc.spec.loaders import load_model
+from memcalc.spec.parallel import ParallelImpl, Parallelism
+from memcalc.spec.training import Attention, Loss, OptimizerKind, Precision, TrainingSetup
+from memcalc.validate import FieldError
+
+SPEC = load_model("tests/data/tiny-llama.toml")
+
+SETUP_VALUES = {
+    "batch": (3,),
+    "seq": (48,),
+    "precision": (Precision.fp32, Precision.amp_bf16, Precision.fp8_mixed),
+    "grad_dtype": ("bf16",),
+    "optimizer": (OptimizerKind.sgd, OptimizerKind.adafactor),
+    "optimizer_foreach": (False,),
+    "optimizer_fused": (True,),
+    "attention": (Attention.eager,),
+    "loss": (Loss.fused,),
+    "dropout": (0.1,),
+    "lora": (LoraSpec(rank=4), LoraSpec(rank=4, targets=("all-linear",), dropout=0.1)),
+    "quantize": (Quantize.nf4,),
+    "kbit_prep": (True, False),
+    "input_grads": (True, False),
+    "moe_imbalance": (2.0,),
+    "capacity_factor": (1.25,),
+}
+PARALLEL_VALUES = {
+    "dp": (1, 4),
+    "tp": (1, 4),
+    "pp": (1,),
+    "cp": (1, 2),
+    "ep": (1,),
+    "sp": (False,),
+    "vpp": (1,),
+    "microbatches": (1, 4),
+    "zero": (0, 1, 3),
+    "fsdp_reshard": (False,),
+    "shard_size": (None,),
+    "parallel_impl": tuple(ParallelImpl),
+    "bucket_view": (True,),
+}
+BASES = [
+    TrainingSetup(batch=2, seq=32, parallel=Parallelism(dp=2, tp=2, zero=1)),
+    TrainingSetup(
+        batch=1, seq=32, lora=LoraSpec(rank=8), parallel=Parallelism(tp=2, sp=True, dp=2)
+    ),
+]
+
+
+def _variants(base: TrainingSetup):
+    for name in (f.name for f in fields(TrainingSetup)):
+        for value in SETUP_VALUES.get(name, ()):
+            yield f"{name}={value}", {name: value}
+    for name in (f.name for f in fields(Parallelism)):
+        for value in PARALLEL_VALUES[name]:
+            yield f"parallel.{name}={value}", {"parallel": base.parallel.replace(**{name: value})}
+
+
+def test_every_field_has_values_to_try():
+    """A field added to either dataclass must be added here too."""
+    assert set(SETUP_VALUES) == {f.name for f in fields(TrainingSetup)} - {"parallel"}
+    assert set(PARALLEL_VALUES) == {f.name for f in fields(Parallelism)}
+
+
+@pytest.mark.parametrize("base", BASES, ids=["tp2-zero1", "lora-tp2"])
+def test_setups_with_one_key_lower_to_one_graph(base):
+    plain = lower(SPEC, base)
+    checked = 0
+    for label, change in _variants(base):
+        try:
+            other = base.replace(**change)
+            graph = lower(SPEC, other)
+        except (FieldError, ValueError):
+            continue  # not a valid setup (e.g. cp without sdpa)
+        if lowering_key(SPEC, other, "cuda") == lowering_key(SPEC, base, "cuda"):
+            assert graph == plain, f"{label} changes the graph but not the cache key"
+            checked += 1
+    assert checked >= 10
+
+
+def test_dtensor_and_megatron_tensor_parallelism_are_cached_apart():
+    setups = [
+        TrainingSetup(batch=2, seq=32, parallel=Parallelism(tp=2, parallel_impl=impl))
+        for impl in ParallelImpl
+    ]
+    for first, second in itertools.permutations(setups):
+        lower_cached(SPEC, first)
+        assert lower_cached(SPEC, second) == lower(SPEC, second)
