@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from memcalc.frameworks import TensorParallel
 from memcalc.graph.ops import Block, Op, OpGraph, ParamTensor, Saved
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, OptimizerKind, TrainingSetup
@@ -123,7 +124,7 @@ def unmodelled(setup: TrainingSetup, *, offloaded: bool, device: str) -> str | N
         return "the allocator replay models a CUDA device"
     if par.dp > 1 or par.pp > 1 or par.cp > 1 or par.ep > 1:
         return "data, pipeline, context and expert parallelism are not in the event model yet"
-    if par.dtensor_tp:
+    if par.tp > 1 and setup.framework_def.tensor_parallel is TensorParallel.dtensor:
         return "DTensor tensor parallelism is not in the event model yet"
     if par.microbatches > 1:
         return "gradient accumulation is not in the event model yet"

@@ -36,7 +36,8 @@ def _scope(setup: TrainingSetup, finetune: FineTune | None = None) -> Scope:
         fp8_linears=setup.precision is Precision.fp8_mixed,
         autocast=autocast,
         finetune=finetune,
-        gathered_inputs=par.dtensor_tp and par.sequence_parallel,
+        gathered_inputs=par.sequence_parallel
+        and setup.framework_def.tensor_parallel.saves_gathered_input,
     )
 
 
@@ -154,7 +155,7 @@ def lowering_key(spec: ModelSpec, setup: TrainingSetup, device: str) -> tuple[ob
         setup.dropout,
         par.tp,
         par.sequence_parallel,
-        par.dtensor_tp,
+        setup.framework_def.tensor_parallel if par.tp > 1 else None,
         par.cp,
         par.ep,
         setup.moe_imbalance,
