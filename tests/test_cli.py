@@ -276,3 +276,12 @@ def test_measure_impl_is_a_deprecated_name_of_the_framework(capsys):
     assert "--impl ours is deprecated: use --framework reference" in capsys.readouterr().err
     with pytest.raises(MemcalcError, match="measure runs hf or reference"):
         measured_code(FrameworkName.megatron, None)
+
+
+def test_a_gpu_without_nvme_gets_no_nvme_row():
+    """The V100 profile's server has no local NVMe: the table leaves optimizer=nvme out (it
+    was an error that stopped the whole estimate)."""
+    r = run_cli("estimate", "--model", "gpt2", "--gpu", "v100-sxm2-16gb", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    rows = [s["strategy"] for s in json.loads(r.stdout)["strategies"]]
+    assert "offload optimizer=cpu" in rows and "offload optimizer=nvme" not in rows

@@ -33,7 +33,7 @@ LAYERS = (
         "memcalc.periodic",
         "memcalc.alloc_conf",
     ),
-    ("memcalc.spec", "memcalc.profiles", "memcalc.frameworks"),
+    ("memcalc.spec", "memcalc.profiles", "memcalc.frameworks", "memcalc.configs"),
     ("memcalc.graph",),
     ("memcalc.params", "memcalc.optimizer", "memcalc.strategies"),
     ("memcalc.timeline", "memcalc.steptime", "memcalc.allocator"),

@@ -14,7 +14,7 @@ from memcalc.allocator.reserved import Reserved, reserved_for
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Component, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
-from memcalc.params import ParamCounts, graph_param_counts
+from memcalc.params import ParamCounts, graph_param_counts, setup_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
@@ -85,6 +85,10 @@ class Breakdown:
     graph: OpGraph | None = field(default=None, repr=False, compare=False)
     """The op graph estimated (the allocator replay reads it)."""
     device: str = "cuda"
+    model_parameter_count: int | None = None
+    """Parameters of the whole model under this setup (adapters included), all ranks
+    together, when the layout splits them (tp, pp or ep > 1); None: ``params`` is the whole
+    model."""
 
     @cached_property
     def reserved(self) -> Reserved:
@@ -286,6 +290,9 @@ def estimate(
             )
         results.append(done[key])
     worst = max(results, key=lambda b: b.peak_bytes)
+    if max(par.tp, par.pp, par.ep) > 1:
+        whole = setup_param_counts(spec, setup.replace(parallel=Parallelism()))
+        worst = replace(worst, model_parameter_count=whole.total)
     if par.pp == 1:
         return worst
     # the step lasts as long as its slowest stage
