@@ -105,3 +105,28 @@ def test_explicit_headroom_applies_to_the_replay() -> None:
     args = (preset("tinyllama-1.1b"), TrainingSetup(batch=4, seq=2048), load_profile("4090"))
     b = estimate(*args, Options(recompute="every-k", every=5, headroom=0.10))
     assert b.headroom_fraction == 0.10 and not b.fits and b.reserved.out_of_memory
+
+
+def test_api_takes_the_same_allocator_flags(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``alloc_conf`` and ``headroom`` are catalog flags: ``memcalc.estimate`` replays the same
+    allocator settings as the command line, byte for byte, and rejects bad ones the same way."""
+    import memcalc
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    conf = "expandable_segments:True"
+    code, out, _ = run(
+        capsys, "estimate", "--recompute", "full", "--alloc-conf", conf, "--format", "json"
+    )
+    assert code == 0
+    cli = _strategies(out)[0]
+    b = memcalc.estimate("gpt2", recompute="full", alloc_conf=conf)
+    assert b.options.alloc_conf.expandable_segments and b.options.headroom is None
+    assert b.reserved.reserved_peak_bytes == cli["reserved_peak_bytes"]
+    assert b.headroom_fraction == 0.0
+    fixed = memcalc.estimate("gpt2", recompute="full", alloc_conf=conf, headroom="5%")
+    assert fixed.headroom_fraction == 0.05
+    with pytest.raises(memcalc.MemcalcError, match="--alloc-conf: unknown key 'foo'"):
+        memcalc.estimate("gpt2", alloc_conf="foo:1")
