@@ -7,7 +7,10 @@ between phases; the peak comes from a step timeline (``timeline.py``), not a sum
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
+from memcalc.allocator.events import unmodelled
+from memcalc.allocator.reserved import Reserved, reserved_for
 from memcalc.frameworks.features import Checkpointing
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Component, OpGraph
@@ -24,7 +27,9 @@ from memcalc.strategies.offload import OffloadWhat
 from memcalc.strategies.options import DEFAULT_HEADROOM as DEFAULT_HEADROOM
 from memcalc.strategies.options import DEFAULT_MFU as DEFAULT_MFU
 from memcalc.strategies.options import MIN_MFU as MIN_MFU
-from memcalc.strategies.options import NO_STRATEGY, Options
+from memcalc.strategies.options import NO_STRATEGY
+from memcalc.strategies.options import RESERVED_HEADROOM as RESERVED_HEADROOM
+from memcalc.strategies.options import Options as Options
 from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
 from memcalc.strategies.placement import Placement, gpu_activation_bytes
 from memcalc.strategies.recompute import ActivationPlan
@@ -80,10 +85,50 @@ class Breakdown:
     """The step's collectives on this rank."""
     time: StepTime | None = None
     """The step's time, by part (the model ``plan`` ranks by)."""
+    graph: OpGraph | None = field(default=None, repr=False, compare=False)
+    """The op graph estimated (the allocator replay reads it)."""
+    device: str = "cuda"
     model_parameter_count: int | None = None
     """Parameters of the whole model under this setup (adapters included), all ranks
     together, when the layout splits them (tp, pp or ep > 1); None: ``params`` is the whole
     model."""
+
+    @cached_property
+    def reserved(self) -> Reserved:
+        """The caching allocator replayed over this step (``allocator.reserved``); computed
+        on first use."""
+        if self.graph is None:
+            return Reserved(self.options.alloc_conf, "no op graph to replay")
+        reserve = int(self.gpu.memory_bytes * self._headroom(modelled=True))
+        return reserved_for(
+            self.graph,
+            self.activation_plan,
+            self.setup,
+            self.params,
+            self.options.alloc_conf,
+            device_memory=self.gpu.memory_bytes,
+            capacity=self.gpu.memory_bytes - reserve - self.overhead_bytes,
+            offloaded=bool(self.options.offload),
+            device=self.device,
+        )
+
+    def _headroom(self, *, modelled: bool) -> float:
+        if self.options.headroom is not None:
+            return self.options.headroom
+        return RESERVED_HEADROOM if modelled else DEFAULT_HEADROOM
+
+    @property
+    def headroom_fraction(self) -> float:
+        """The fraction of GPU memory kept free in the verdict (``Options.headroom``)."""
+        return self._headroom(modelled=self.reserved.modelled)
+
+    @property
+    def reserved_total_bytes(self) -> int:
+        """Reserved memory plus the runtime overhead (what ``nvidia-smi`` shows); the
+        allocated peak plus the overhead when the step is not replayed."""
+        if not self.reserved.modelled:
+            return self.peak_bytes
+        return self.reserved.reserved_peak_bytes + self.overhead_bytes
 
     @property
     def peak_bytes(self) -> int:
@@ -127,7 +172,7 @@ class Breakdown:
     @property
     def reserve_bytes(self) -> int:
         """GPU memory kept free for fragmentation and workspaces (``options.headroom``)."""
-        return int(self.gpu.memory_bytes * self.options.headroom)
+        return int(self.gpu.memory_bytes * self.headroom_fraction)
 
     @property
     def usable_bytes(self) -> int:
@@ -136,8 +181,9 @@ class Breakdown:
 
     @property
     def headroom_bytes(self) -> int:
-        """GPU memory left at the peak (negative: over the device)."""
-        return self.gpu.memory_bytes - self.peak_bytes
+        """GPU memory left at the peak: beside reserved memory and the overhead when the step
+        is replayed, else beside the allocated peak (negative: over the device)."""
+        return self.gpu.memory_bytes - self.reserved_total_bytes
 
     @property
     def ranks_per_node(self) -> int:
@@ -163,8 +209,15 @@ class Breakdown:
 
     @property
     def over_gpu_bytes(self) -> int:
-        """Bytes the peak exceeds the usable GPU memory by (0 when it fits)."""
-        return max(0, self.peak_bytes - self.usable_bytes)
+        """Bytes the peak exceeds the usable GPU memory by (0 when it fits). A replayed step
+        fits when the allocator finishes it within the usable memory, releasing its cache and
+        retrying if it must (``alloc_retries``)."""
+        r = self.reserved
+        if not r.modelled:
+            return max(0, self.peak_bytes - self.usable_bytes)
+        if r.bounded is None or not r.out_of_memory:
+            return 0
+        return max(1, self.reserved_total_bytes - self.usable_bytes)
 
     @property
     def over_host_bytes(self) -> int:
@@ -406,11 +459,15 @@ def estimate_graph(
         step_seconds=(3 * graph.forward_flops + plan.extra_forward_flops) / flops_per_s,
         activation_plan=plan,
         optimizer_detail=opt,
-        assumptions=_assumptions(setup, gpu, options, notes, opt, counts, sharding, placed, rank),
+        assumptions=_assumptions(
+            setup, gpu, options, notes, opt, counts, sharding, placed, rank, device
+        ),
         buffer_bytes=rank.buffer_bytes,
         stage=stage.label if par.pp > 1 else "",
         transfers=transfers,
         time=_step_time(graph, plan, par, placed, transfers, flops_per_s),
+        graph=graph,
+        device=device,
     )
 
 
@@ -424,6 +481,7 @@ def _assumptions(
     sharding: Sharding,
     placed: Placement,
     rank: Residency,
+    device: str,
 ) -> tuple[str, ...]:
     """Every assumption that changes a number, as the report states it."""
     par = setup.parallel
@@ -441,9 +499,7 @@ def _assumptions(
         *notes,
         f"runtime overhead {gpu.runtime_overhead_bytes} bytes from the GPU profile "
         "(context + workspaces)",
-        f"fits = peak at most {1 - options.headroom:.0%} of GPU memory: {options.headroom:.0%} "
-        "kept free for allocator fragmentation (GMLake, Guo et al. 2024: 15% on average with "
-        "the default caching allocator; --headroom)",
+        _verdict_note(setup, options, device),
         "logits are freed after the loss (as HF Trainer does); keeping model outputs alive "
         "adds b*s*V of the activation dtype",
     ]
@@ -488,6 +544,26 @@ def _step_time(
         offload_exposed_seconds=placed.exposed_seconds,
         backward_window_seconds=par.microbatches * 2 * graph.forward_flops / flops_per_s,
         cpu_optimizer_seconds=placed.cpu_step_seconds,
+    )
+
+
+def _verdict_note(setup: TrainingSetup, options: Options, device: str) -> str:
+    """How ``fits`` is judged for this step (the allocator replay, or the allocated peak with
+    a reserve where the replay does not model the layout)."""
+    why = unmodelled(setup, offloaded=bool(options.offload), device=device)
+    if why is None:
+        h = RESERVED_HEADROOM if options.headroom is None else options.headroom
+        return (
+            "fits = reserved memory (torch's CUDA caching allocator replayed over the step's "
+            f"allocations: docs/allocator.md; {options.alloc_conf.describe()}; one stream) "
+            f"plus the runtime overhead within the GPU's memory less {h:.0%} (--headroom); a "
+            "step that needs cache flushes (num_alloc_retries) still fits"
+        )
+    h = DEFAULT_HEADROOM if options.headroom is None else options.headroom
+    return (
+        f"fits = peak at most {1 - h:.0%} of GPU memory: {h:.0%} kept free for allocator "
+        "fragmentation (GMLake, Guo et al. 2024: 15% on average with the default caching "
+        f"allocator; --headroom); reserved memory not replayed: {why}"
     )
 
 

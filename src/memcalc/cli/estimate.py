@@ -71,9 +71,8 @@ def strategy_runner(inputs: Inputs, mfu: float) -> Callable[[Options], Breakdown
 
     def run(o: Options) -> Breakdown:
         profile = inputs.profiles[0]
-        return estimate(
-            inputs.spec, inputs.setup, profile, replace(o, mfu=mfu, headroom=inputs.headroom)
-        )
+        chosen = replace(o, mfu=mfu, headroom=inputs.headroom, alloc_conf=inputs.alloc_conf)
+        return estimate(inputs.spec, inputs.setup, profile, chosen)
 
     return run
 

@@ -98,8 +98,21 @@ FIT = (
         "headroom",
         ("--headroom",),
         optional_text,
-        "10%",
-        "GPU memory kept free for allocator fragmentation (e.g. 10% or 0.1).",
+        "auto",
+        "GPU memory kept free beyond what the step needs (e.g. 10% or 0.1); auto: 0 where the "
+        "caching allocator's reserved memory is replayed, 10% (for fragmentation) where it is "
+        "not.",
+    ),
+    Flag(
+        "alloc_conf",
+        ("--alloc-conf",),
+        optional_text,
+        None,
+        "torch's caching allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax (e.g. "
+        "expandable_segments:True,max_split_size_mb:128); default: that variable's value "
+        "when set.",
+        metavar="CONF",
+        show_default=False,
     ),
     Flag(
         "host_memory",

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from memcalc.alloc_conf import DEFAULT as DEFAULT_ALLOC_CONF
+from memcalc.alloc_conf import AllocConf, alloc_conf_from_env, parse_alloc_conf
 from memcalc.errors import MemcalcError
 from memcalc.frameworks import PARALLEL_IMPL_FRAMEWORKS, FrameworkName
 from memcalc.inputs.catalog import LAYOUT_FIELDS
@@ -28,7 +30,7 @@ from memcalc.spec.deepspeed import parse_settings
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
-from memcalc.strategies.options import DEFAULT_HEADROOM, Options
+from memcalc.strategies.options import Options
 from memcalc.strategies.selection import chosen_options
 from memcalc.units import parse_size
 from memcalc.validate import FieldError
@@ -41,9 +43,12 @@ class Inputs:
     spec: ModelSpec
     profiles: tuple[GpuProfile, ...]
     setup: TrainingSetup
-    headroom: float
+    headroom: float | None
+    """None: automatic (0 on a step whose reserved memory is replayed, 10% otherwise)."""
     said: tuple[str, ...] = ()
     """Lines for stderr: ``note: ...`` and ``warning: ...``."""
+    alloc_conf: AllocConf = DEFAULT_ALLOC_CONF
+    """The caching allocator's settings (``--alloc-conf`` or the environment's)."""
 
 
 def keyword_values(
@@ -94,7 +99,22 @@ def read_inputs(
         said.append(f"note: {fb.message}")
     setup = training_setup(**fields)
     said += [f"warning: {w}" for w in check(spec, setup)]
-    return Inputs(spec, profiles, setup, headroom_fraction(values.get("headroom")), tuple(said))
+    return Inputs(
+        spec,
+        profiles,
+        setup,
+        headroom_fraction(values.get("headroom")),
+        tuple(said),
+        alloc_conf(values.get("alloc_conf")),
+    )
+
+
+def alloc_conf(text: str | None) -> AllocConf:
+    """``--alloc-conf`` in ``PYTORCH_CUDA_ALLOC_CONF`` syntax; without it the environment's
+    setting (``PYTORCH_CUDA_ALLOC_CONF``, then ``PYTORCH_ALLOC_CONF``), as torch reads it."""
+    if text is not None:
+        return parse_alloc_conf(text)
+    return alloc_conf_from_env()
 
 
 def with_configs(
@@ -140,7 +160,7 @@ def estimate_inputs(
 
     merged, given, said = with_configs(values, given, ESTIMATE, "estimate")
     inputs = read_inputs(merged, given, (gpu or merged["gpu"],), spec)
-    inputs = Inputs(inputs.spec, inputs.profiles, inputs.setup, inputs.headroom, said + inputs.said)
+    inputs = replace(inputs, said=said + inputs.said)
     return inputs, estimate_options(merged), merged
 
 
@@ -183,10 +203,11 @@ def _as_flag(flag: str) -> Iterator[None]:
         raise FieldError(flag, f"{e.field}: {e.problem}") from None
 
 
-def headroom_fraction(text: str | None) -> float:
-    """``--headroom``: ``10%`` or ``0.1``, in [0, 0.9)."""
-    if text is None:
-        return DEFAULT_HEADROOM
+def headroom_fraction(text: str | None) -> float | None:
+    """``--headroom``: ``10%`` or ``0.1``, in [0, 0.9); None or ``auto``: automatic (the
+    estimate picks ``RESERVED_HEADROOM`` or ``DEFAULT_HEADROOM``)."""
+    if text is None or text.strip().lower() == "auto":
+        return None
     try:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:

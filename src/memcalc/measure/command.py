@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from memcalc.alloc_conf import alloc_conf_from_env
 from memcalc.errors import MemcalcError
 from memcalc.estimate import Options
 from memcalc.profiles import GpuProfile, load_profile
@@ -84,7 +85,11 @@ def run_measure(
         **(layout or {}),
     )
     options = Options(
-        recompute=recompute, every=every, offload=tuple(Offload.parse(o) for o in offload)
+        recompute=recompute,
+        every=every,
+        offload=tuple(Offload.parse(o) for o in offload),
+        # the setting the measured process's torch reads (its own environment)
+        alloc_conf=alloc_conf_from_env(),
     )
     profile = load_profile(gpu)
     if nproc is not None:

@@ -83,8 +83,27 @@ def compare(b: Breakdown, m: Measurement) -> list[Row]:
     if b.host_bytes or m.host_bytes:
         rows.append(Row("host (optimizer offload)", b.host_bytes, m.host_bytes, checked=False))
     if m.reserved_bytes is not None:
-        rows.append(Row("reserved (incl. overhead)", b.peak_bytes, m.reserved_bytes, checked=False))
-        rows.append(Row("allocator retries", None, m.alloc_retries, checked=False))
+        r = b.reserved
+        rows.append(
+            Row(
+                "reserved (max_memory_reserved)",
+                r.reserved_peak_bytes if r.modelled else None,
+                m.reserved_bytes,
+                checked=False,
+            )
+        )
+        rows.append(
+            Row(
+                "allocator retries",
+                r.alloc_retries if r.modelled else None,
+                m.alloc_retries,
+                checked=False,
+            )
+        )
+    if m.context_bytes is not None:
+        rows.append(
+            Row("outside the allocator (context)", b.overhead_bytes, m.context_bytes, checked=False)
+        )
     return rows
 
 
