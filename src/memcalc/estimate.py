@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from memcalc.frameworks import ModelCode
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Component, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
+from memcalc.spec.megatron import for_gpu
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.steptime import StepTime, communication_seconds, step_time
@@ -27,7 +29,12 @@ from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
 from memcalc.strategies.placement import Placement, gpu_activation_bytes, place
 from memcalc.strategies.recompute import ActivationPlan, plan_for
 from memcalc.strategies.residency import Residency, compose
-from memcalc.strategies.residency.compose import pipeline_retention, tensor_parallel_extras
+from memcalc.strategies.residency.compose import (
+    held_activations,
+    pipeline_retention,
+    tensor_parallel_extras,
+)
+from memcalc.strategies.residency.megatron_schedule import stage_chunks
 from memcalc.strategies.sharding import Sharding
 from memcalc.timeline import Moment, RankState, Timeline, gradient_totals, step_timeline
 
@@ -68,7 +75,12 @@ class Breakdown:
     optimizer_detail: OptimizerBytes
     assumptions: tuple[str, ...] = field(default=())
     buffer_bytes: int = 0
-    """Communication buffers on the GPU throughout (DDP's gradient buckets)."""
+    """Communication buffers and workspaces on the GPU throughout (DDP's gradient buckets,
+    library GEMM workspaces, the distributed optimizer's padding)."""
+    between_steps_bytes: int = 0
+    """Allocated on the GPU after the optimizer step (what ``torch.cuda.memory_allocated``
+    reads between steps): parameters, optimizer states, buffers and workspaces, and the
+    gradients where the framework keeps them (Megatron's gradient buffer)."""
     stage: str = ""
     """The pipeline stage this breakdown is of ("" without pipeline parallelism)."""
     stages: tuple[Breakdown, ...] = ()
@@ -197,10 +209,12 @@ def estimate(
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
         setup = setup.replace(dropout=None)
+    setup = for_gpu(setup, gpu.compute_capability)
     graph = graph or lower_cached(spec, setup, device=device)
     tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
     par = setup.parallel
-    stages = pipeline_stages(graph, par, tied=spec.tie_embeddings)
+    chunks = stage_chunks(graph.num_layers, setup)
+    stages = pipeline_stages(graph, par, tied=spec.tie_embeddings, chunks=chunks)
     notes: tuple[str, ...] = (tied, *_architecture_notes(spec, setup))
     if par.pp > 1:
         split = ", ".join(str(st.layers) for st in stages)
@@ -216,7 +230,14 @@ def estimate(
     done: dict[tuple[object, ...], Breakdown] = {}
     results = []
     for st in stages:
-        key = (st.graph.layout, st.is_first, st.is_last, st.in_flight, st.in_flight_later)
+        key = (
+            st.graph.layout,
+            st.is_first,
+            st.is_last,
+            st.in_flight,
+            st.in_flight_later,
+            st.index if st.chunks else 0,
+        )
         if key not in done:
             counts = stage_param_counts(spec, setup, graph, st)
             done[key] = estimate_graph(
@@ -312,7 +333,7 @@ def estimate_graph(
         stage = Stage(0, 0, graph, k, later, True, True)
     opt = optimizer_bytes(setup, counts, device)
     plan = _plan(graph, options)
-    sharding = Sharding(par.shard_ranks, par.zero, par.expert_shard_ranks)
+    sharding = _sharding(setup)
     extras = tensor_parallel_extras(setup, graph, embedding)
     extra_grad_bytes = extras.embedding_grad_numel * setup.gradient_dtype.itemsize
     gpu_acts = gpu_activation_bytes(
@@ -344,6 +365,7 @@ def estimate_graph(
         tensor_parallel=extras,
         grads_resident=placed.grads_resident,
         grads_cap=placed.gpu_gradient_bytes,
+        compute_capability=gpu.compute_capability,
     )
     state = RankState(
         placed.gpu_parameter_bytes,
@@ -353,6 +375,8 @@ def estimate_graph(
         placed.activations_offloaded,
         None if placed.grads_resident else placed.gpu_gradient_bytes,
     )
+    layer_bytes = [plan.layer_stored(i) for i in range(graph.num_layers)]
+    first, later = held_activations(setup, stage, layer_bytes, gpu_acts - sum(layer_bytes))
     timeline = step_timeline(
         graph,
         plan,
@@ -360,10 +384,8 @@ def estimate_graph(
         counts,
         state,
         rank,
-        others_first=(stage.in_flight - 1) * gpu_acts,
-        others_later=(
-            max(stage.in_flight_later - 1, 0) * gpu_acts if par.microbatches > 1 else None
-        ),
+        others_first=first,
+        others_later=later if par.microbatches > 1 else None,
         first_layer=stage.first_layer,
     )
     flops_per_s = gpu.matmul_flops_per_s(setup.activation_dtype) * options.mfu
@@ -381,8 +403,8 @@ def estimate_graph(
         parameter_bytes=placed.gpu_parameter_bytes,
         gradient_bytes=placed.gpu_gradient_bytes,
         optimizer_bytes=placed.gpu_optimizer_bytes,
-        activation_bytes=gpu_acts * stage.in_flight,
-        activation_by_component={k: v * stage.in_flight for k, v in comp.items()},
+        activation_bytes=gpu_acts + first,
+        activation_by_component=_scaled(comp, gpu_acts + first, gpu_acts),
         overhead_bytes=gpu.runtime_overhead_bytes,
         peak=timeline.peak,
         timeline=timeline,
@@ -398,10 +420,58 @@ def estimate_graph(
         optimizer_detail=opt,
         assumptions=_assumptions(setup, gpu, options, notes, opt, counts, sharding, placed, rank),
         buffer_bytes=rank.buffer_bytes,
+        between_steps_bytes=placed.gpu_parameter_bytes
+        + placed.gpu_optimizer_bytes
+        + rank.buffer_bytes
+        + rank.gradients.between_steps()
+        + rank.pipeline.after_step
+        + sharding.share(opt.persistent_temporary_bytes, 1),
         stage=stage.label if par.pp > 1 else "",
         transfers=transfers,
         time=_step_time(graph, plan, par, placed, transfers, flops_per_s),
     )
+
+
+def _hf_kernels(setup: TrainingSetup) -> str:
+    return f"attention kernel {setup.attention.value}; loss {setup.loss.value}"
+
+
+def _megatron_kernels(setup: TrainingSetup) -> str:
+    opts = setup.megatron_options
+    return (
+        f"Megatron-core GPT ({opts.transformer_impl.value} layers): attention backend "
+        f"{opts.attention_backend.value}, vocab-parallel cross-entropy (fusion "
+        f"{opts.cross_entropy_fusion.value}), TE FusedAdam"
+        + ("" if opts.fused_adam else " unavailable: torch AdamW")
+        + (f", recompute modules {', '.join(opts.recompute_modules)}")
+    )
+
+
+KERNEL_NOTES = {
+    ModelCode.hf: _hf_kernels,
+    ModelCode.ours: _hf_kernels,
+    ModelCode.megatron_core: _megatron_kernels,
+}
+"""The assumption line naming the kernels of each framework's model code."""
+
+
+def _scaled(comp: dict[str, int], held: int, one: int) -> dict[str, int]:
+    """One micro-batch's activations by component, scaled to the ``held`` bytes of the
+    micro-batches in flight."""
+    return {k: v * held // max(one, 1) for k, v in comp.items()}
+
+
+def _sharding(setup: TrainingSetup) -> Sharding:
+    """ZeRO's shares: over the data-parallel (shard) ranks, or under Megatron's
+    ``--num-distributed-optimizer-instances`` over dp / instances."""
+    par = setup.parallel
+    ranks = par.shard_ranks
+    instances = setup.megatron_options.distributed_optimizer_instances
+    if setup.megatron is not None and instances > 1:
+        ranks = max(ranks // instances, 1)
+    etp = par.etp or par.tp
+    expert = ranks * par.tp // etp if par.tp >= etp else ranks
+    return Sharding(ranks, par.zero, max(expert // par.ep, 1))
 
 
 def _assumptions(
@@ -427,7 +497,7 @@ def _assumptions(
             if setup.precision.is_amp
             else ""
         ),
-        f"attention kernel {setup.attention.value}; loss {setup.loss.value}",
+        KERNEL_NOTES[setup.framework_def.model_code](setup),
         *notes,
         f"runtime overhead {gpu.runtime_overhead_bytes} bytes from the GPU profile "
         "(context + workspaces)",

@@ -14,10 +14,22 @@ import click
 
 from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_MFU, MIN_MFU
-from memcalc.frameworks import FRAMEWORKS, PARALLEL_IMPL_FRAMEWORKS, FrameworkName, TensorParallel
+from memcalc.frameworks import (
+    FRAMEWORKS,
+    PARALLEL_IMPL_FRAMEWORKS,
+    FrameworkName,
+    ModelCode,
+    TensorParallel,
+)
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
 from memcalc.spec.finetune import Quantize
+from memcalc.spec.megatron import (
+    AttentionBackend,
+    CrossEntropyFusion,
+    TokenDispatcher,
+    TransformerImpl,
+)
 from memcalc.spec.presets import DEFAULT_MODEL
 from memcalc.spec.training import (
     DEFAULT_MOE_IMBALANCE,
@@ -241,6 +253,12 @@ layout_options = options(
         "--ep", type=int, default=1, show_default=True, help="Expert-parallel GPUs (MoE)."
     ),
     click.option(
+        "--etp",
+        type=int,
+        default=None,
+        help="Expert tensor-parallel GPUs (Megatron --expert-tensor-parallel-size; default tp).",
+    ),
+    click.option(
         "--sp/--no-sp",
         default=True,
         show_default=True,
@@ -295,6 +313,62 @@ layout_options = options(
         help="Deprecated: --framework megatron (megatron) or --framework hf (torch).",
     ),
 )
+
+megatron_options = options(
+    click.option(
+        "--megatron-args",
+        default=None,
+        metavar="FILE|JSON",
+        help="Megatron-LM arguments (a functional test's model_config.yaml, a .json/.toml "
+        "mapping, or inline JSON): the model, layout and Megatron settings, run with "
+        "--framework megatron.",
+    ),
+    click.option(
+        "--attention-backend",
+        type=EnumChoice(AttentionBackend),
+        default=None,
+        help="Megatron --attention-backend (auto: TE picks by GPU; default from --attention).",
+    ),
+    click.option(
+        "--transformer-impl",
+        type=EnumChoice(TransformerImpl),
+        default=None,
+        help="Megatron --transformer-impl: transformer_engine (default) or local.",
+    ),
+    click.option(
+        "--cross-entropy-fusion",
+        type=EnumChoice(CrossEntropyFusion),
+        default=None,
+        help="Megatron --cross-entropy-loss-fusion with --cross-entropy-fusion-impl.",
+    ),
+    click.option(
+        "--recompute-modules",
+        default=None,
+        help="Megatron --recompute-modules for --recompute selective (comma-separated: "
+        "core_attn, mlp, moe, moe_act, layernorm, shared_experts).",
+    ),
+    click.option(
+        "--overlap-grad-reduce/--no-overlap-grad-reduce",
+        default=None,
+        help="Megatron --overlap-grad-reduce (bucketed DDP buffer).",
+    ),
+    click.option(
+        "--moe-dispatcher",
+        type=EnumChoice(TokenDispatcher),
+        default=None,
+        help="Megatron --moe-token-dispatcher-type.",
+    ),
+)
+
+MEGATRON_FLAGS = {
+    "attention_backend": "attention_backend",
+    "transformer_impl": "transformer_impl",
+    "cross_entropy_fusion": "cross_entropy_fusion",
+    "recompute_modules": "recompute_modules",
+    "overlap_grad_reduce": "overlap_grad_reduce",
+    "moe_dispatcher": "moe_token_dispatcher",
+}
+"""Megatron flags -> MegatronOptions fields."""
 
 finetune_options = options(
     click.option(
@@ -357,9 +431,12 @@ strategy_options = options(
     ),
     click.option(
         "--every",
+        "--recompute-num-layers",
+        "every",
         type=int,
         default=None,
-        help="k for --recompute every-k (default round(sqrt(N))).",
+        help="k for --recompute every-k (default round(sqrt(N))) or block (the first k "
+        "layers of each stage; Megatron --recompute-num-layers).",
     ),
     click.option(
         "--budget",
@@ -439,6 +516,7 @@ LAYOUT_KEYS = (
     "pp",
     "cp",
     "ep",
+    "etp",
     "sp",
     "vpp",
     "microbatches",
@@ -508,7 +586,28 @@ def setup_fields(values: dict[str, Any]) -> dict[str, Any]:
         fields["optimizer_foreach"] = values["foreach"]
     if "fused" in values:
         fields["optimizer_fused"] = values["fused"]
+    megatron = megatron_fields(values)
+    if megatron:
+        fields["megatron"] = megatron
+        if fields.get("framework") is None:
+            fields["framework"] = FrameworkName.megatron
+        elif fields["framework"] is not FrameworkName.megatron:
+            flag = next(k for k in MEGATRON_FLAGS if values.get(k) is not None)
+            raise MemcalcError(
+                f"--{flag.replace('_', '-')}: a Megatron-LM argument; it needs --framework "
+                f"megatron, not {fields['framework'].value}"
+            )
     return fields
+
+
+def megatron_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The MegatronOptions fields the Megatron flags set (none given: {})."""
+    out = {}
+    for flag, name in MEGATRON_FLAGS.items():
+        value = values.get(flag)
+        if value is not None:
+            out[name] = _names(value) if flag == "recompute_modules" else value
+    return out
 
 
 def measured_code(framework: FrameworkName | None, impl: str | None) -> str:
@@ -523,9 +622,25 @@ def measured_code(framework: FrameworkName | None, impl: str | None) -> str:
             raise MemcalcError(f"--impl {impl} and --framework {framework.value} disagree")
         framework = name
     chosen = FRAMEWORKS[framework or FrameworkName.reference]
+    if chosen.model_code is ModelCode.megatron_core:
+        raise MemcalcError(MEGATRON_ON_CPU)
     if chosen.tensor_parallel is not TensorParallel.dtensor:
         raise MemcalcError(
             f"--framework: measure runs hf or reference (transformers or memcalc's model with "
             f"PyTorch's parallelism); {chosen.label} does not run here"
         )
     return chosen.model_code.value
+
+
+MEGATRON_ON_CPU = (
+    "--framework megatron: measure does not run Megatron-core, and on a CPU it cannot "
+    "(megatron-core 0.16.1): Transformer Engine needs CUDA, and even the local spec stops at "
+    "tensor_parallel/random.py:235 (torch.cuda.get_rng_state in model_parallel_cuda_manual_"
+    "seed), distributed/param_and_grad_buffer.py:800 (buffers on torch.cuda.current_device), "
+    "optimizer/optimizer.py:481 and pipeline_parallel/schedules.py:596 (device='cuda'); "
+    "memcalc estimate --framework megatron estimates it, benchmarks/megatron_golden.py checks "
+    "it against Megatron-LM's CI"
+)
+"""Why ``measure --framework megatron`` cannot run (read in megatron-core 0.16.1 on CPU torch
+with gloo: with those calls shimmed, forward and backward of the local spec run, and the
+optimizer and every schedule still stop at their hard-coded ``device="cuda"``)."""

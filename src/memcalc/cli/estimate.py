@@ -14,6 +14,7 @@ from memcalc.cli.common import (
     gpu_memory_option,
     gpu_option,
     layout_options,
+    megatron_options,
     model_option,
     output_options,
     routing_options,
@@ -27,6 +28,7 @@ from memcalc.estimate import Breakdown, Options, estimate
 from memcalc.profiles import GpuProfile
 from memcalc.report.estimate import render_breakdowns, strategy_rows
 from memcalc.spec.model import ModelSpec
+from memcalc.strategies.recompute import Recompute
 from memcalc.strategies.selection import chosen_options
 
 EXAMPLES = """\b
@@ -46,6 +48,7 @@ Examples:
 @gpu_memory_option
 @setup_options
 @layout_options
+@megatron_options
 @finetune_options
 @routing_options
 @strategy_options
@@ -92,9 +95,12 @@ def estimate_inputs(
     inputs = read_inputs(values, (gpu or values["gpu"],), spec=spec)
     model, setup, profile = inputs.spec, inputs.setup, inputs.profiles[0]
     mfu, headroom = values["mfu"], inputs.headroom
+    recompute, every = values["recompute"], values["every"]
+    if recompute is None and inputs.recompute is not None:
+        recompute, every = Recompute(inputs.recompute), inputs.every
     options = chosen_options(
-        values["recompute"],
-        values["every"],
+        recompute,
+        every,
         values["budget"],
         list(values["offload"]),
         values["mfu"],

@@ -17,7 +17,7 @@ from memcalc.cli.common import setup_fields
 from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_HEADROOM
 from memcalc.profiles import DEFAULT_GPU, GpuProfile, adhoc_profile, load_profile
-from memcalc.spec.compat import check, fallbacks
+from memcalc.spec.compat import check, fallbacks, framework_fallback
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
@@ -31,6 +31,9 @@ class Inputs:
     profiles: tuple[GpuProfile, ...]
     setup: TrainingSetup
     headroom: float
+    recompute: str | None = None
+    """The recompute strategy ``--megatron-args`` names (used when ``--recompute`` is not)."""
+    every: int | None = None
 
 
 def given(name: str) -> bool:
@@ -48,9 +51,11 @@ def read_inputs(
     stderr, one line each. ``spec`` (the Python API's ModelSpec) replaces ``--model``; a
     GpuProfile among ``gpu_names`` is used as it is loaded (``--gpu-memory`` and
     ``--host-memory`` still apply)."""
+    profiles = tuple(_profile(name, values) for name in gpu_names)
+    if values.get("megatron_args") is not None:
+        return _megatron_inputs(values, profiles, spec)
     if spec is None:
         spec = load_model(values["model"])
-    profiles = tuple(_profile(name, values) for name in gpu_names)
     fields = setup_fields(values)
     for fb in fallbacks(
         spec,
@@ -61,9 +66,43 @@ def read_inputs(
         fields[fb.field.removeprefix("--")] = fb.value
         click.echo(f"note: {fb.message}", err=True)
     setup = training_setup(**fields)
+    fb = framework_fallback(spec, setup)
+    if fb is not None:
+        setup = setup.replace(framework=fb.value)
+        if fb.why:
+            click.echo(f"note: {fb.message}", err=True)
     for warning in check(spec, setup):
         click.echo(f"warning: {warning}", err=True)
     return Inputs(spec, profiles, setup, headroom_fraction(values.get("headroom")))
+
+
+SET_BY_MEGATRON_ARGS = ("model", "batch", "seq", "precision", "grad_dtype", "optimizer", "dp",
+                        "tp", "pp", "cp", "ep", "etp", "sp", "vpp", "microbatches", "zero",
+                        "framework", "dropout")
+"""Options ``--megatron-args`` sets (giving them too is an error)."""
+
+
+def _megatron_inputs(
+    values: dict[str, Any], profiles: tuple[GpuProfile, ...], spec: ModelSpec | None
+) -> Inputs:
+    """The model, setup and recompute a Megatron argument list describes
+    (``spec.megatron_args.read_megatron_args``)."""
+    from memcalc.spec.megatron_args import read_megatron_args
+
+    clash = [k for k in SET_BY_MEGATRON_ARGS if k in values and given(k)]
+    if clash or spec is not None:
+        flag = "--" + (clash[0].replace("_", "-") if clash else "model")
+        raise MemcalcError(f"{flag}: set by --megatron-args (give it there)")
+    run = read_megatron_args(values["megatron_args"])
+    setup = run.setup
+    extra = setup_fields(values).get("megatron")
+    if extra:
+        setup = setup.replace(megatron=setup.megatron_options.replace(**extra))
+    for warning in check(run.spec, setup):
+        click.echo(f"warning: {warning}", err=True)
+    headroom = headroom_fraction(values.get("headroom"))
+    recompute = None if run.recompute == "none" else run.recompute
+    return Inputs(run.spec, profiles, setup, headroom, recompute, run.every)
 
 
 def _profile(name: str | GpuProfile, values: dict[str, Any]) -> GpuProfile:

@@ -39,6 +39,7 @@ FLAGS = {
     "lora.targets": "--lora-targets",
     "lora.dropout": "--lora-dropout",
     "lora.modules_to_save": "--modules-to-save",
+    "megatron.moe_token_dispatcher": "--moe-dispatcher",
 }
 """TrainingSetup fields whose command-line flag is not ``--`` + the field name."""
 
@@ -56,5 +57,7 @@ def training_setup(**fields: Any) -> TrainingSetup:
         return parse(TrainingSetup, {**fields, "parallel": layout})
     except FieldError as e:
         name = e.field.removeprefix("parallel.")
+        if name.startswith("megatron.") and name not in FLAGS:
+            name = name.removeprefix("megatron.")
         flag = FLAGS.get(name, "--" + name.replace("_", "-"))
         raise FieldError(flag, e.problem) from None

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memcalc.dtypes import DType as DType  # re-exported: the vocabulary of specs
-from memcalc.frameworks import Framework, FrameworkName, default_framework, framework
+from memcalc.frameworks import Framework, FrameworkName, ModelCode, default_framework, framework
 from memcalc.spec.finetune import LoraSpec, Quantize
+from memcalc.spec.megatron import MEGATRON_DEFAULTS, MegatronOptions
 from memcalc.spec.parallel import SINGLE_GPU, Parallelism
 from memcalc.validate import FieldError, check, replace, spec_field
 
@@ -181,6 +182,11 @@ class TrainingSetup:
         "megatron for a tensor- or pipeline-parallel layout, hf otherwise.",
         default=None,
     )
+    megatron: MegatronOptions | None = spec_field(
+        "Megatron-LM arguments that change memory (memcalc.spec.megatron); None: Megatron's "
+        "defaults. Only --framework megatron reads them.",
+        default=None,
+    )
     moe_imbalance: float = spec_field(
         "MoE load imbalance: tokens the busiest expert receives as a multiple of its fair "
         "share t*k/E; scales the dispatch buffers and expert activations of a rank that holds "
@@ -220,6 +226,11 @@ class TrainingSetup:
             raise FieldError(
                 "seq", f"batch x seq = {self.batch * self.seq:,} tokens is over {MAX_TOKENS:,}"
             )
+        if self.megatron is not None and self.framework_def.model_code is not ModelCode.megatron_core:
+            raise FieldError(
+                "megatron",
+                f"Megatron-LM arguments need framework megatron, not {self.framework_def.label}",
+            )
         if self.grad_dtype is not None:
             allowed = {DType.fp32, self.precision.weight_dtype}
             if self.grad_dtype not in allowed:
@@ -231,6 +242,11 @@ class TrainingSetup:
     def replace(self, **changes: object) -> TrainingSetup:
         """A copy with ``changes``, validated."""
         return replace(self, **changes)
+
+    @property
+    def megatron_options(self) -> MegatronOptions:
+        """Megatron's arguments as set (``megatron``), or Megatron's defaults."""
+        return self.megatron if self.megatron is not None else MEGATRON_DEFAULTS
 
     @property
     def framework_def(self) -> Framework:
@@ -274,6 +290,10 @@ class TrainingSetup:
         """Gradients: the weight dtype, except fp32 main grads by default under -mixed."""
         if self.grad_dtype is not None:
             return self.grad_dtype
+        if self.precision is Precision.fp16_mixed and self.framework_def.accumulates_in_param_dtype:
+            # Megatron-LM forces accumulate_allreduce_grads_in_fp32 for bf16 only
+            # (megatron/training/arguments.py validate_args): fp16 gradient buffers
+            return DType.fp16
         return DType.fp32 if self.precision.is_mixed else self.weight_dtype
 
     @property

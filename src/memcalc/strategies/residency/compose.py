@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memcalc.frameworks import PipelineRuntime, TensorParallel
+from memcalc.frameworks import GradientStore, PipelineRuntime, TensorParallel
+from memcalc.frameworks import Workspaces as FrameworkWorkspaces
 from memcalc.graph.ops import OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import TrainingSetup
@@ -13,6 +14,19 @@ from memcalc.strategies.pipeline import Stage
 from memcalc.strategies.residency.ddp import BucketViewGradients, DdpBuckets
 from memcalc.strategies.residency.fsdp2 import Fsdp2Gradients, Fsdp2Params, NoGather
 from memcalc.strategies.residency.gradients import ResidentGradients, ShardedGradients
+from memcalc.spec.megatron import TransformerImpl, cublas_workspace_bytes
+from memcalc.strategies.residency.megatron_ddp import (
+    DistributedOptimizerBuffers,
+    MainGradBuffer,
+    bucket_size,
+    distributed_optimizer_buffers,
+)
+from memcalc.strategies.residency.megatron_schedule import peak_in_flight
+from memcalc.strategies.residency.workspaces import (
+    NO_WORKSPACES,
+    Workspaces,
+    te_cublas_workspaces,
+)
 from memcalc.strategies.residency.moments import GradientTotals
 from memcalc.strategies.residency.offload import OffloadedGradients
 from memcalc.strategies.residency.pipelining import (
@@ -52,12 +66,24 @@ class Residency:
     tensor_parallel: TensorParallelExtras
     ddp: DdpBuckets | None
     """DDP's buckets (data-parallel without ZeRO)."""
+    workspaces: Workspaces = NO_WORKSPACES
+    """Library GEMM workspaces allocated as tensors (Transformer Engine, PyTorch cuBLAS)."""
+    dist_opt: DistributedOptimizerBuffers | None = None
+    """Megatron's distributed-optimizer buffers' padding."""
+    model_buffers: int = 0
+    """Buffers the model code keeps for good (``OpGraph.persistent``)."""
 
     @property
     def buffer_bytes(self) -> int:
-        """Bytes on the GPU for the whole step beside the parameters: DDP's buckets and the
-        pipeline's receive buffers."""
-        return (self.ddp.buffer_bytes if self.ddp else 0) + self.pipeline.buffer_bytes
+        """Bytes on the GPU for the whole step beside the parameters: DDP's buckets, the
+        pipeline's receive buffers, library workspaces, the distributed optimizer's padding."""
+        return (
+            (self.ddp.buffer_bytes if self.ddp else 0)
+            + self.pipeline.buffer_bytes
+            + self.workspaces.buffer_bytes
+            + (self.dist_opt.buffer_bytes if self.dist_opt else 0)
+            + self.model_buffers
+        )
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -65,6 +91,8 @@ class Residency:
             self.ddp.note if self.ddp else "",
             self.pipeline.note,
             self.tensor_parallel.note,
+            self.workspaces.note,
+            self.dist_opt.note if self.dist_opt else "",
         )
         return tuple(p for p in parts if p)
 
@@ -91,6 +119,32 @@ def pipeline_retention(graph: OpGraph, setup: TrainingSetup, stage: Stage) -> Pi
     return runtime(graph, par.microbatches, stage)
 
 
+def held_activations(
+    setup: TrainingSetup, stage: Stage, layer_bytes: list[int], outside_bytes: int
+) -> tuple[int, int]:
+    """Bytes of other micro-batches' activations the stage holds at its first and at a later
+    backward, beside the one whose backward runs (``layer_bytes``: what each of its layers
+    stores for one micro-batch, ``outside_bytes``: its prologue's and epilogue's). One chunk
+    per rank: ``in_flight - 1`` micro-batches of the whole stage. Megatron's interleaved
+    schedule: the worst moment of ``megatron_schedule.peak_in_flight`` over the rank's virtual
+    stages (the embedding's bytes on the first rank's first chunk, the loss's on the last
+    rank's last chunk), less the one micro-batch the timeline walks."""
+    par = setup.parallel
+    acts = sum(layer_bytes) + outside_bytes
+    vpp = len(stage.chunks)
+    if vpp <= 1 or setup.framework_def.pipeline is not PipelineRuntime.megatron:
+        return (stage.in_flight - 1) * acts, max(stage.in_flight_later - 1, 0) * acts
+    chunk_bytes, start = [], 0
+    for n in stage.chunks:
+        chunk_bytes.append(sum(layer_bytes[start : start + n]))
+        start += n
+    chunk_bytes[0 if stage.is_first else -1] += outside_bytes
+    group = setup.megatron_options.microbatch_group_size_per_vp_stage or par.pp
+    peak = peak_in_flight(par.pp, stage.index, vpp, par.microbatches, group, chunk_bytes)
+    others = max(peak - acts, 0)
+    return others, others
+
+
 def compose(
     graph: OpGraph,
     setup: TrainingSetup,
@@ -102,14 +156,18 @@ def compose(
     tensor_parallel: TensorParallelExtras,
     grads_resident: bool,
     grads_cap: int,
+    compute_capability: float | None = None,
 ) -> Residency:
     """The rank's Residency: tensor parallelism and the pipeline as the framework runs them,
     then data parallelism -- DDP's buckets without ZeRO, ZeRO-2's sharded gradients, FSDP2's
-    groups at ZeRO-3 -- and the gradients capped on the GPU when the parameters live on the
-    host."""
+    groups at ZeRO-3, or the framework's own gradient buffer -- and the gradients capped on
+    the GPU when the parameters live on the host; the framework's workspaces on a GPU of
+    ``compute_capability``."""
     par = setup.parallel
+    fw = setup.framework_def
+    buffered = fw.gradients is GradientStore.main_grad_buffer
     ddp = None
-    if par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed:
+    if par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed and not buffered:
         ddp = DdpBuckets(counts.grad_bytes(setup.gradient_dtype.itemsize), par.bucket_view)
     gradients: ResidentGradients
     params: Params = NoGather()
@@ -125,9 +183,64 @@ def compose(
         )
     elif sharding.shards_gradients:
         gradients = ShardedGradients(totals, sharding)
+    elif buffered:
+        gradients = MainGradBuffer(totals)
     elif ddp is not None and ddp.bucket_view:
         gradients = BucketViewGradients(totals)
     else:
         gradients = ResidentGradients(totals)
     held: Gradients = gradients if grads_resident else OffloadedGradients(gradients, grads_cap)
-    return Residency(held, params, pipeline, tensor_parallel, ddp)
+    return Residency(
+        held,
+        params,
+        pipeline,
+        tensor_parallel,
+        ddp,
+        framework_workspaces(setup, graph, compute_capability),
+        megatron_buffers(graph, setup, sharding) if buffered else None,
+        sum(t.nbytes for t in graph.persistent),
+    )
+
+
+def framework_workspaces(
+    setup: TrainingSetup, graph: OpGraph, compute_capability: float | None
+) -> Workspaces:
+    """The GEMM workspaces the framework's libraries keep (``workspaces.py``)."""
+    if setup.framework_def.workspaces is not FrameworkWorkspaces.te_cublas:
+        return NO_WORKSPACES
+    opts = setup.megatron_options
+    config = opts.cublas_workspace_config
+    grouped = opts.moe_grouped_gemm and any(
+        op.name.startswith("mlp.experts") for b in graph.kinds for op in b.ops
+    )
+    torch_bytes = cublas_workspace_bytes(config) if config is not None else None
+    te = opts.transformer_impl is TransformerImpl.transformer_engine
+    return te_cublas_workspaces(compute_capability, torch_bytes, grouped, te_gemms=te)
+
+
+def megatron_buffers(
+    graph: OpGraph, setup: TrainingSetup, sharding: Sharding
+) -> DistributedOptimizerBuffers | None:
+    """The distributed optimizer's padding on this rank (None without it: the
+    non-distributed layout has none). With a pipeline the word embedding and the output
+    layer's weight are taken as shared embeddings (a bucket of their own: at most
+    ``lcm(dp, 128)`` elements of padding more), tied or not."""
+    if sharding.stage != 1 or sharding.gpus == 1:
+        return None
+    opts = setup.megatron_options
+    size = bucket_size(opts.overlap_grad_reduce, opts.ddp_bucket_size, sharding.gpus)
+    tied_copy = setup.parallel.pp > 1
+    params: list[tuple[int, bool]] = []
+    for op in graph.prologue:
+        params += [(w.numel, tied_copy and op.name.endswith("word_embeddings")) for w in op.weights]
+    for i in range(graph.num_layers):
+        params += [(w.numel, False) for op in graph.block(i).ops for w in op.weights]
+    for op in graph.epilogue:
+        params += [(w.numel, tied_copy and op.name == "output_layer") for w in op.weights]
+    return distributed_optimizer_buffers(
+        params,
+        sharding.gpus,
+        size,
+        setup.weight_dtype.itemsize,
+        setup.gradient_dtype.itemsize,
+    )

@@ -45,3 +45,6 @@ class BucketViewGradients(ResidentGradients):
 
     def at_loss(self, accumulated: bool) -> int:
         return self.totals.full
+
+    def between_steps(self) -> int:
+        return self.totals.full
