@@ -12,7 +12,7 @@ from memcalc.frameworks import ModelCode
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Component, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
-from memcalc.params import ParamCounts, graph_param_counts
+from memcalc.params import ParamCounts, graph_param_counts, setup_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.megatron import for_gpu
@@ -89,6 +89,10 @@ class Breakdown:
     """The step's collectives on this rank."""
     time: StepTime | None = None
     """The step's time, by part (the model ``plan`` ranks by)."""
+    model_parameter_count: int | None = None
+    """Parameters of the whole model under this setup (adapters included), all ranks
+    together, when the layout splits them (tp, pp or ep > 1); None: ``params`` is the whole
+    model."""
 
     @property
     def peak_bytes(self) -> int:
@@ -254,6 +258,9 @@ def estimate(
             )
         results.append(done[key])
     worst = max(results, key=lambda b: b.peak_bytes)
+    if max(par.tp, par.pp, par.ep) > 1:
+        whole = setup_param_counts(spec, setup.replace(parallel=Parallelism()))
+        worst = replace(worst, model_parameter_count=whole.total)
     if par.pp == 1:
         return worst
     # the step lasts as long as its slowest stage

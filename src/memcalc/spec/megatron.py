@@ -274,4 +274,7 @@ def for_gpu(setup: TrainingSetup, compute_capability: float) -> TrainingSetup:
     backend = resolve_backend(chosen, compute_capability)
     if backend is opts.attention_backend:
         return setup
-    return setup.replace(megatron=opts.replace(attention_backend=backend))
+    # the framework pinned: the single-GPU copies an estimate makes keep the same model code
+    return setup.replace(
+        framework=setup.framework_def.name, megatron=opts.replace(attention_backend=backend)
+    )

@@ -124,8 +124,9 @@ class Parallelism:
             # (core/parallel_state.py initialize_model_parallel, "expert-tensor" x "ep" x "edp")
             raise FieldError(
                 "ep",
-                f"expert parallelism runs inside {self.expert_ranks} ranks (data-parallel x "
-                f"tp / etp); ep ({self.ep}) must divide it",
+                f"expert parallelism runs inside the {_expert_ranks(self)} "
+                f"(experts keep their tensor-parallel split unless --etp); ep ({self.ep}) "
+                "must divide it",
             )
 
     def replace(self, **changes: object) -> Parallelism:
@@ -159,7 +160,8 @@ class Parallelism:
         return max(self.expert_ranks // self.ep, 1)
 
     def describe(self) -> str:
-        parts = [f"{self.world_size} GPUs: dp {self.dp}"]
+        n = self.world_size
+        parts = [f"{n} GPU{'' if n == 1 else 's'}: dp {self.dp}"]
         for name in ("tp", "pp", "cp", "ep"):
             value = getattr(self, name)
             if value > 1:
@@ -171,6 +173,18 @@ class Parallelism:
         if self.microbatches > 1:
             parts.append(f"{self.microbatches} micro-batches")
         return ", ".join(parts)
+
+
+def _expert_ranks(par: Parallelism) -> str:
+    """The ranks an expert-parallel group is formed from, in words."""
+    if par.expert_ranks == par.shard_ranks:
+        return _ranks(par.shard_ranks)
+    return f"{par.expert_ranks} ranks (data-parallel x tp / etp)"
+
+
+def _ranks(n: int) -> str:
+    """``n`` data-parallel ranks in words (``1 data-parallel rank``)."""
+    return f"{n} data-parallel rank{'' if n == 1 else 's'}"
 
 
 SINGLE_GPU = Parallelism()
