@@ -14,8 +14,8 @@ from memcalc.graph.ops import Component, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts, setup_param_counts
 from memcalc.profiles import GpuProfile
+from memcalc.spec.megatron_setup import for_gpu
 from memcalc.spec.model import ModelSpec
-from memcalc.spec.megatron import for_gpu
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.steptime import StepTime, communication_seconds, step_time

@@ -180,8 +180,9 @@ _LAYOUT_CLI = {
     "pp": {"help": "Pipeline stages (1F1B)."},
     "cp": {"help": "Context-parallel GPUs."},
     "ep": {"help": "Expert-parallel GPUs (MoE)."},
-    "etp": {"help": "Expert tensor-parallel GPUs (Megatron --expert-tensor-parallel-size; "
-            "default tp)."},
+    "etp": {
+        "help": "Expert tensor-parallel GPUs (Megatron --expert-tensor-parallel-size; default tp)."
+    },
     "sp": {"help": "Sequence parallelism with tp > 1 (Megatron).", "switch": "--no-sp"},
     "vpp": {"help": "Virtual stages per pipeline rank."},
     "microbatches": {"help": "Micro-batches per step (gradient accumulation; pipeline m)."},

@@ -108,7 +108,7 @@ def framework_fallback(spec: ModelSpec, setup: TrainingSetup) -> Fallback | None
     with tp / pp) cannot build the model or setup: HF (``None`` when the default stands). Set
     for every layout, so that a plan's candidates agree."""
     from memcalc.frameworks import ModelCode
-    from memcalc.graph.blocks.megatron.model import megatron_gap
+    from memcalc.spec.megatron_setup import megatron_gap
 
     if setup.framework is not None:
         return None

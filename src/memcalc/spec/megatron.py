@@ -13,13 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
-from memcalc.frameworks import ModelCode
 from memcalc.validate import FieldError, check, replace, spec_field
-
-if TYPE_CHECKING:
-    from memcalc.spec.training import TrainingSetup
 
 
 class TransformerImpl(str, Enum):
@@ -96,7 +91,8 @@ class MegatronOptions:
     """Megatron-LM arguments that change memory (defaults: Megatron's)."""
 
     transformer_impl: TransformerImpl = spec_field(
-        "--transformer-impl: transformer_engine or local.", default=TransformerImpl.transformer_engine
+        "--transformer-impl: transformer_engine or local.",
+        default=TransformerImpl.transformer_engine,
     )
     attention_backend: AttentionBackend = spec_field(
         "--attention-backend: auto (TE picks by GPU), fused, flash, unfused or local.",
@@ -191,6 +187,7 @@ class MegatronOptions:
         "--moe-grouped-gemm: TE GroupedLinear experts (else a SequentialMLP of TE linears).",
         default=False,
     )
+
     def __post_init__(self) -> None:
         check(self)
 
@@ -249,32 +246,3 @@ def resolve_backend(opts: MegatronOptions, compute_capability: float) -> Attenti
     if compute_capability < 8:
         return AttentionBackend.unfused
     return AttentionBackend.fused if compute_capability >= 9 else AttentionBackend.flash
-
-
-ATTENTION_BACKENDS = {"eager": AttentionBackend.unfused, "flash": AttentionBackend.flash}
-"""What memcalc's ``--attention`` asks of Megatron when ``--attention-backend`` is auto: eager
-is TE's unfused attention, flash its FlashAttention (sdpa: TE chooses)."""
-
-
-def requested_backend(setup: TrainingSetup) -> AttentionBackend:
-    """``--attention-backend``, or when auto what ``--attention`` names (ATTENTION_BACKENDS)."""
-    backend = setup.megatron_options.attention_backend
-    if backend is AttentionBackend.auto:
-        return ATTENTION_BACKENDS.get(setup.attention.value, backend)
-    return backend
-
-
-def for_gpu(setup: TrainingSetup, compute_capability: float) -> TrainingSetup:
-    """``setup`` with its attention backend resolved for a GPU of ``compute_capability``
-    (``requested_backend``, then ``resolve_backend``); unchanged for other model code."""
-    if setup.framework_def.model_code is not ModelCode.megatron_core:
-        return setup
-    opts = setup.megatron_options
-    chosen = opts.replace(attention_backend=requested_backend(setup))
-    backend = resolve_backend(chosen, compute_capability)
-    if backend is opts.attention_backend:
-        return setup
-    # the framework pinned: the single-GPU copies an estimate makes keep the same model code
-    return setup.replace(
-        framework=setup.framework_def.name, megatron=opts.replace(attention_backend=backend)
-    )

@@ -135,7 +135,9 @@ def megatron_options(a: _Args, env: Mapping[str, Any]) -> MegatronOptions:
         "attention_backend": a.get("attention_backend", "auto"),
         "deterministic": deterministic or a.flag("deterministic_mode"),
         "cross_entropy_fusion": fusion,
-        "bias_activation_fusion": a.flag("bias_swiglu_fusion" if gated else "bias_gelu_fusion", True),
+        "bias_activation_fusion": a.flag(
+            "bias_swiglu_fusion" if gated else "bias_gelu_fusion", True
+        ),
         "apply_rope_fusion": a.flag("apply_rope_fusion", True),
         "recompute_modules": tuple(a.get("recompute_modules") or ("core_attn",)),
         "overlap_grad_reduce": a.flag("overlap_grad_reduce"),
@@ -146,7 +148,9 @@ def megatron_options(a: _Args, env: Mapping[str, Any]) -> MegatronOptions:
         "microbatch_group_size_per_vp_stage": a.get("microbatch_group_size_per_vp_stage"),
         "first_stage_layers": a.get("decoder_first_pipeline_num_layers"),
         "last_stage_layers": a.get("decoder_last_pipeline_num_layers"),
-        "account_for_embedding_in_pipeline_split": a.flag("account_for_embedding_in_pipeline_split"),
+        "account_for_embedding_in_pipeline_split": a.flag(
+            "account_for_embedding_in_pipeline_split"
+        ),
         "account_for_loss_in_pipeline_split": a.flag("account_for_loss_in_pipeline_split"),
         "moe_token_dispatcher": a.get("moe_token_dispatcher_type", "allgather"),
         "moe_grouped_gemm": a.flag("moe_grouped_gemm"),

@@ -226,7 +226,8 @@ class TrainingSetup:
             raise FieldError(
                 "seq", f"batch x seq = {self.batch * self.seq:,} tokens is over {MAX_TOKENS:,}"
             )
-        if self.megatron is not None and self.framework_def.model_code is not ModelCode.megatron_core:
+        megatron_code = self.framework_def.model_code is ModelCode.megatron_core
+        if self.megatron is not None and not megatron_code:
             raise FieldError(
                 "megatron",
                 f"Megatron-LM arguments need framework megatron, not {self.framework_def.label}",

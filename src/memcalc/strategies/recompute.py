@@ -332,7 +332,10 @@ def first_k(graph: OpGraph, k: int) -> ActivationPlan:
     for start, piece in split.starts():
         choice = Recompute.full if start < k else Recompute.none
         tables.append(
-            {kind: role_index.setdefault((kind, choice), len(role_index)) for kind in set(piece.period)}
+            {
+                kind: role_index.setdefault((kind, choice), len(role_index))
+                for kind in set(piece.period)
+            }
         )
     roles = sorted(role_index, key=role_index.__getitem__)
     stored = {Recompute.none: lambda b: b.saved_bytes, Recompute.full: lambda b: b.input.nbytes}
@@ -352,7 +355,11 @@ def first_k(graph: OpGraph, k: int) -> ActivationPlan:
     if k:
         comp = _merge(comp, {Component.checkpoint: stack.extra})
     rebuild = max(
-        (b.saved_bytes - b.input.nbytes for b, c in zip(graph.kinds, full_counts, strict=True) if c),
+        (
+            b.saved_bytes - b.input.nbytes
+            for b, c in zip(graph.kinds, full_counts, strict=True)
+            if c
+        ),
         default=0,
     )
     return ActivationPlan(

@@ -9,12 +9,12 @@ from memcalc.frameworks import GradientStore, PipelineRuntime, TensorParallel
 from memcalc.frameworks import Workspaces as FrameworkWorkspaces
 from memcalc.graph.ops import OpGraph
 from memcalc.params import ParamCounts
+from memcalc.spec.megatron import TransformerImpl, cublas_workspace_bytes
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.pipeline import Stage
 from memcalc.strategies.residency.ddp import BucketViewGradients, DdpBuckets
 from memcalc.strategies.residency.fsdp2 import Fsdp2Gradients, Fsdp2Params, NoGather
 from memcalc.strategies.residency.gradients import ResidentGradients, ShardedGradients
-from memcalc.spec.megatron import TransformerImpl, cublas_workspace_bytes
 from memcalc.strategies.residency.megatron_ddp import (
     DistributedOptimizerBuffers,
     MainGradBuffer,
@@ -22,11 +22,6 @@ from memcalc.strategies.residency.megatron_ddp import (
     distributed_optimizer_buffers,
 )
 from memcalc.strategies.residency.megatron_schedule import peak_in_flight
-from memcalc.strategies.residency.workspaces import (
-    NO_WORKSPACES,
-    Workspaces,
-    te_cublas_workspaces,
-)
 from memcalc.strategies.residency.moments import GradientTotals
 from memcalc.strategies.residency.offload import OffloadedGradients
 from memcalc.strategies.residency.pipelining import (
@@ -39,6 +34,11 @@ from memcalc.strategies.residency.tensor_parallel import (
     TensorParallelExtras,
     dtensor_tensor_parallel,
     megatron_tensor_parallel,
+)
+from memcalc.strategies.residency.workspaces import (
+    NO_WORKSPACES,
+    Workspaces,
+    te_cublas_workspaces,
 )
 from memcalc.strategies.sharding import Sharding
 

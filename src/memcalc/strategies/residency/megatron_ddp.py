@@ -50,9 +50,7 @@ def _pad(value: int, divisor: int) -> int:
 
 
 @lru_cache(maxsize=256)
-def padded_numel(
-    params: tuple[tuple[int, bool], ...], dp: int, bucket_size: int | None
-) -> int:
+def padded_numel(params: tuple[tuple[int, bool], ...], dp: int, bucket_size: int | None) -> int:
     """Elements of the distributed optimizer's buffer for ``params`` ((numel, shared
     embedding) in model order), laid out as ``_compute_per_buffer_param_layout`` does: in
     reverse order, each start padded to 64, a bucket closed when it reaches ``bucket_size``

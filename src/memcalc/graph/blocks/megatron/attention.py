@@ -52,8 +52,22 @@ def self_attention(
     q = mixed if dims.kv == dims.q else Saved(f"{PREFIX}.query", T * dims.q, dims.p)
     k = v = mixed
     if spec.qk_norm is QkNorm.per_head:
-        q = te_norm(sc, f"{PREFIX}.q_layernorm", _contiguous(q, "q", T * dims.q), T * dims.a, dims.d, spec.norm)
-        k = te_norm(sc, f"{PREFIX}.k_layernorm", _contiguous(k, "k", T * dims.kv), T * dims.g, dims.d, spec.norm)
+        q = te_norm(
+            sc,
+            f"{PREFIX}.q_layernorm",
+            _contiguous(q, "q", T * dims.q),
+            T * dims.a,
+            dims.d,
+            spec.norm,
+        )
+        k = te_norm(
+            sc,
+            f"{PREFIX}.k_layernorm",
+            _contiguous(k, "k", T * dims.kv),
+            T * dims.g,
+            dims.d,
+            spec.norm,
+        )
     if spec.positions is Positions.rotary:
         q, k = _rope(sc, spec, dims, rope_fused)
     core_inputs = tuple({t.name: t for t in (q, k, v)}.values())
@@ -62,7 +76,9 @@ def self_attention(
         merged = unfused_attention(sc, dims, q, k, v, mixed, spec.attention_dropout, softmax_dtype)
     else:
         merged = core(sc, dims, q, k, v, mixed, spec.attention_dropout)
-    out = row_parallel_linear(sc, f"{PREFIX}.linear_proj", ATTN, merged, dims, dims.q, bias=spec.out_bias)
+    out = row_parallel_linear(
+        sc, f"{PREFIX}.linear_proj", ATTN, merged, dims, dims.q, bias=spec.out_bias
+    )
     return out, core_inputs
 
 
@@ -80,17 +96,23 @@ def _rope(sc: Scope, spec: ModelSpec, dims: Dims, fused: bool) -> tuple[Saved, S
     ``cos_``/``sin_`` made per call in the activation dtype, which the two ``mul`` s save
     (s x rotary dims each, for q and for k). Either way q and k come out new."""
     T, p = dims.T, dims.p
-    tables = [] if fused else [
-        Saved(f"{PREFIX}.rope.{t}_{role}", dims.s * spec.rotary_dim, p)
-        for role in ("q", "k")
-        for t in ("cos", "sin")
-    ]
+    tables = (
+        []
+        if fused
+        else [
+            Saved(f"{PREFIX}.rope.{t}_{role}", dims.s * spec.rotary_dim, p)
+            for role in ("q", "k")
+            for t in ("cos", "sin")
+        ]
+    )
     sc.add(
         f"{PREFIX}.rope",
         ATTN,
         tables,
         6 * T * (dims.q + dims.kv),
-        "TE FusedRoPEFunc: saves freqs (shared)" if fused else "Megatron unfused rope: saves cos_, sin_",
+        "TE FusedRoPEFunc: saves freqs (shared)"
+        if fused
+        else "Megatron unfused rope: saves cos_, sin_",
         grads=2 * T * (dims.q + dims.kv) * p.itemsize,
     )
     return (

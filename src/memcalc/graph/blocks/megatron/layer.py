@@ -84,7 +84,9 @@ def transformer_layer(
     ops = [replace(op, attention_core=bool(_modules(op, layer_type) & modules)) for op in sc.ops]
     inputs = {"core_attn": qkv, "mlp": (resid,), "moe": (resid,)}
     kept = tuple(t for m in modules for t in inputs.get(m, ()))
-    dropped = tuple(name for m in modules & OUTPUT_DISCARDING_MODULES for name in discarded.get(m, ()))
+    dropped = tuple(
+        name for m in modules & OUTPUT_DISCARDING_MODULES for name in discarded.get(m, ())
+    )
     params = sum(w.numel for op in ops for w in op.weights)
     return Block(tuple(ops), x, tuple({t.name: t for t in kept}.values()) or qkv, params, dropped)
 

@@ -92,7 +92,9 @@ def dense_mlp(
         fused=fused and spec.activation is not Activation.relu,
         act=spec.activation,
     )
-    return row_parallel_linear(sc, f"{prefix}.linear_fc2", MLP, act, dims, width, bias=spec.mlp_bias)
+    return row_parallel_linear(
+        sc, f"{prefix}.linear_fc2", MLP, act, dims, width, bias=spec.mlp_bias
+    )
 
 
 def shared_expert_mlp(

@@ -15,50 +15,16 @@ from memcalc.graph.blocks.megatron.layer import transformer_layer
 from memcalc.graph.blocks.megatron.output import output_and_loss
 from memcalc.graph.layout import LayerLayout
 from memcalc.graph.ops import OpGraph, Saved
+from memcalc.graph.scope import Dims, Scope
 from memcalc.spec.megatron import (
     AttentionBackend,
-    requested_backend,
     MegatronOptions,
     TokenDispatcher,
     TransformerImpl,
 )
-from memcalc.graph.scope import Dims, Scope
-from memcalc.spec.model import Activation, Mlp, ModelSpec, Norm, NormPlacement, QkNorm
+from memcalc.spec.megatron_setup import megatron_gap, requested_backend
+from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import Precision, TrainingSetup
-
-
-def megatron_gap(spec: ModelSpec, setup: TrainingSetup | None = None) -> str | None:
-    """What of ``spec`` (and ``setup``) Megatron-core's GPT model does not build or memcalc
-    does not model for it; None when it builds all of it."""
-    gaps = [
-        (spec.norm not in (Norm.layer_norm, Norm.rms_norm), f"{spec.norm.value} norms"),
-        (spec.norm_placement is not NormPlacement.pre, f"{spec.norm_placement.value}-norm blocks"),
-        (spec.parallel_residual, "parallel residual blocks"),
-        (spec.qk_norm is QkNorm.whole, "a q/k norm over all heads at once"),
-        (spec.attention_softcap is not None or spec.final_softcap is not None, "soft-capping"),
-        (spec.embedding_scale, "a scaled embedding"),
-        (spec.position_offset != 0, "a position table offset"),
-        (spec.mla is not None, "multi-head latent attention (not modelled yet)"),
-        (spec.mlp is Mlp.gated and spec.activation is not Activation.silu, "gated non-SiLU MLPs"),
-        (spec.mlp is Mlp.plain and spec.activation is Activation.silu, "ungated SiLU MLPs"),
-    ]
-    if setup is not None:
-        gaps += [
-            (setup.lora is not None, "LoRA adapters"),
-            (setup.precision.is_amp, "torch.autocast (Megatron runs --bf16 / --fp16 mixed)"),
-            (setup.parallel.cp > 1, "context parallelism (TE's ring attention is not modelled)"),
-            (
-                setup.parallel.zero >= 2 and setup.parallel.dp > 1,
-                "ZeRO-2/3 (its distributed optimizer is ZeRO-1, --zero 1; Megatron-FSDP is "
-                "not modelled)",
-            ),
-            (setup.quantize.value != "none", "quantized base weights"),
-            (
-                setup.optimizer.value in ("adamw-8bit", "adafactor"),
-                f"{setup.optimizer.value} optimizer (Megatron runs adam, sgd)",
-            ),
-        ]
-    return next((why for bad, why in gaps if bad), None)
 
 
 def megatron_dims(dims: Dims, spec: ModelSpec, setup: TrainingSetup) -> Dims:
@@ -113,9 +79,7 @@ def lower_megatron(spec: ModelSpec, setup: TrainingSetup, dims: Dims) -> OpGraph
     )
 
 
-def global_memory_buffer(
-    dims: Dims, opts: MegatronOptions, spec: ModelSpec
-) -> tuple[Saved, ...]:
+def global_memory_buffer(dims: Dims, opts: MegatronOptions, spec: ModelSpec) -> tuple[Saved, ...]:
     """Megatron's ``GlobalMemoryBuffer`` (``megatron/core/utils.py``: one tensor per
     (name, dtype), grown to the largest request and kept): the ``"mpu"`` buffer serves the
     local ``DotProductAttention``'s ``matmul_input_buffer`` ([b x a/t, s, s],

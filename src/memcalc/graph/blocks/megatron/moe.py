@@ -48,7 +48,11 @@ def router(sc: Scope, dims: Dims, ln: Saved, moe: MoeSpec) -> None:
     sc.add(
         "mlp.router",
         MLP,
-        [ln, Saved("mlp.router.scores", T * E, DType.fp32), Saved("mlp.router.map", T * E, DType.bool)],
+        [
+            ln,
+            Saved("mlp.router.scores", T * E, DType.fp32),
+            Saved("mlp.router.map", T * E, DType.bool),
+        ],
         matmul_flops(T, dims.h, E),
         "RouterGatingLinearFunction: saves inp, weight; topk softmax saves the fp32 scores",
         grads=2 * T * E * 4,
@@ -57,9 +61,7 @@ def router(sc: Scope, dims: Dims, ln: Saved, moe: MoeSpec) -> None:
     )
 
 
-def dispatch(
-    sc: Scope, dims: Dims, rows: int, dispatcher: TokenDispatcher, moe: MoeSpec
-) -> Saved:
+def dispatch(sc: Scope, dims: Dims, rows: int, dispatcher: TokenDispatcher, moe: MoeSpec) -> Saved:
     """The dispatcher's saved tensors: the permutation's index maps and the rows' probs
     (``moe_utils.py`` ``permute``, ``masked_select`` of the probs); its exchanged buffers
     (the all-gathered hidden states live in Megatron's global buffer:
@@ -69,7 +71,10 @@ def dispatch(
     sc.add(
         f"mlp.token_dispatcher.{dispatcher.value}",
         MLP,
-        [Saved("mlp.dispatch.row_map", rows, DType.int64), Saved("mlp.dispatch.probs", rows, DType.fp32)],
+        [
+            Saved("mlp.dispatch.row_map", rows, DType.int64),
+            Saved("mlp.dispatch.probs", rows, DType.fp32),
+        ],
         0,
         f"MoE{dispatcher.value.capitalize()}TokenDispatcher: saves the permutation map and probs",
         grads=2 * rows * dims.h * dims.p.itemsize,
@@ -78,7 +83,13 @@ def dispatch(
 
 
 def experts(
-    sc: Scope, spec: ModelSpec, dims: Dims, tokens: Saved, rows: int, width: int, opts: MegatronOptions
+    sc: Scope,
+    spec: ModelSpec,
+    dims: Dims,
+    tokens: Saved,
+    rows: int,
+    width: int,
+    opts: MegatronOptions,
 ) -> None:
     """The E/ep local experts (``moe/experts.py`` ``TEGroupedMLP.forward`` /
     ``SequentialMLP.forward``): fc1 (TE ``GroupedLinear`` / ``Linear``) saves the dispatched
@@ -93,13 +104,21 @@ def experts(
     local = dims.experts
     active = min(moe.top_k, moe.num_experts)
     fc1_w = tuple(
-        ParamTensor(f"mlp.experts.linear_fc1.weight{e}", (n_out, dims.h), "mlp",
-                    active_numel=n_out * dims.h * active // moe.num_experts)
+        ParamTensor(
+            f"mlp.experts.linear_fc1.weight{e}",
+            (n_out, dims.h),
+            "mlp",
+            active_numel=n_out * dims.h * active // moe.num_experts,
+        )
         for e in range(local)
     )
     fc2_w = tuple(
-        ParamTensor(f"mlp.experts.linear_fc2.weight{e}", (dims.h, width), "mlp",
-                    active_numel=dims.h * width * active // moe.num_experts)
+        ParamTensor(
+            f"mlp.experts.linear_fc2.weight{e}",
+            (dims.h, width),
+            "mlp",
+            active_numel=dims.h * width * active // moe.num_experts,
+        )
         for e in range(local)
     )
     p = dims.p
@@ -115,8 +134,17 @@ def experts(
     )
     fc1 = Saved("mlp.experts.linear_fc1.out", rows * n_out, p)
     fused = gated and opts.bias_activation_fusion
-    act = activation(sc, "mlp.experts.activation", fc1, dims, width, gated=gated, fused=fused,
-                     act=spec.activation, rows=rows)
+    act = activation(
+        sc,
+        "mlp.experts.activation",
+        fc1,
+        dims,
+        width,
+        gated=gated,
+        fused=fused,
+        act=spec.activation,
+        rows=rows,
+    )
     if not fused:
         sc.add(
             "mlp.experts.activation.probs_mul",

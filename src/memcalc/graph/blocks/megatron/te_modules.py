@@ -110,7 +110,8 @@ def layernorm_linear(
         # reduce-scatter, the input's gradient
         grads=(T * n_out + gathered + T * h + rows * h) * p.itemsize,
         params=n_out * h + (n_out if bias else 0) + h * (2 if norm is Norm.layer_norm else 1),
-        weights=_linear_weights(name, comp, h, n_out, bias) + norm_weights(name, h, norm, fused=True),
+        weights=_linear_weights(name, comp, h, n_out, bias)
+        + norm_weights(name, h, norm, fused=True),
     )
     return Saved(f"{name}.out", T * n_out, p)
 
@@ -201,7 +202,9 @@ def local_norm_then_linear(
     T, h, p = dims.T, dims.h, dims.p
     rows = dims.T_rep
     prefix = "input_layernorm" if name.startswith("self_attention") else "pre_mlp_layernorm"
-    te_norm(sc, prefix, x, rows, h, norm, "apex FusedLayerNorm / aten.native_layer_norm: x, mean, rstd")
+    te_norm(
+        sc, prefix, x, rows, h, norm, "apex FusedLayerNorm / aten.native_layer_norm: x, mean, rstd"
+    )
     normed = Saved(f"{prefix}.out", rows * h, p)
     sc.add(
         name,
