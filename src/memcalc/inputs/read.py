@@ -12,6 +12,7 @@ not mean, ``spec/compat.py``) come back as lines for the caller to print.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -195,7 +196,7 @@ def estimate_inputs(
 
     merged, given, said = with_configs(values, given, ESTIMATE, "estimate")
     inputs = read_inputs(merged, given, (gpu or merged["gpu"],), spec)
-    inputs = Inputs(inputs.spec, inputs.profiles, inputs.setup, inputs.headroom, said + inputs.said)
+    inputs = dataclasses.replace(inputs, said=said + inputs.said)
     return inputs, estimate_options(merged, inputs), merged
 
 

@@ -33,6 +33,11 @@ UNMODELLED = {
     "enable_cuda_graph": "CUDA graphs",
     "pipeline_model_parallel_layout": "a custom pipeline layout",
     "mtp_num_layers": "multi-token prediction",
+    # GPTModel.__init__ (models/gpt/gpt_model.py): the output layer keeps every micro-batch's
+    # input and output gradient (embedding_activation_buffer, grad_output_buffer) until
+    # schedules.py finish_embedding_wgrad_compute at the pipeline flush; the golden case
+    # (tp2 pp2) peaks 26% above memcalc without it
+    "defer_embedding_wgrad_compute": "the deferred embedding weight-gradient GEMM",
 }
 """Arguments that change memory in ways memcalc does not model: set (truthy), they are refused."""
 
