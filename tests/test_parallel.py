@@ -256,7 +256,7 @@ def test_sequence_parallel_moves_what_the_all_reduce_moves():
         (["--cp", "2", "--attention", "eager"], "--attention: context parallelism"),
         (
             ["--ep", "3", "--dp", "2"],
-            "--ep: expert parallelism runs inside 2 ranks",
+            "--ep: expert parallelism runs inside the 2 data-parallel ranks",
         ),
         (["--shard-size", "3", "--dp", "8", "--zero", "3"], "--shard-size: must divide dp"),
     ],

@@ -26,11 +26,15 @@ def layout_record(setup: TrainingSetup) -> dict[str, Any]:
     """The parallel layout as JSON: every field of ``Parallelism``, and ``parallel_impl`` --
     the old ``--parallel-impl`` value the setup amounts to: ``torch`` under a framework
     running DTensor (hf, reference), else ``megatron`` (its old default, also when no
-    framework is named)."""
+    framework is named). ``etp`` appears only when set (Megatron's expert tensor-parallel
+    split; unset, the experts split over tp)."""
     par = setup.parallel
     named = setup.framework
     impl = PARALLEL_IMPL_OF[framework(named).tensor_parallel] if named else "megatron"
-    return {f.name: getattr(par, f.name) for f in dataclasses.fields(par)} | {"parallel_impl": impl}
+    fields = {f.name: getattr(par, f.name) for f in dataclasses.fields(par)}
+    if fields["etp"] is None:
+        del fields["etp"]
+    return fields | {"parallel_impl": impl}
 
 
 class Format(str, Enum):
