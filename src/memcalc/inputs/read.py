@@ -96,11 +96,11 @@ def read_inputs(
         fields[fb.field.removeprefix("--")] = fb.value
         said.append(f"note: {fb.message}")
     setup = training_setup(**fields)
-    fb = framework_fallback(spec, setup)
-    if fb is not None:
-        setup = setup.replace(framework=fb.value)
-        if fb.why:
-            said.append(f"note: {fb.message}")
+    code = framework_fallback(spec, setup)
+    if code is not None:
+        setup = setup.replace(framework=code.value)
+        if code.why:
+            said.append(f"note: {code.message}")
     said += [f"warning: {w}" for w in check(spec, setup)]
     return Inputs(spec, profiles, setup, headroom_fraction(values.get("headroom")), tuple(said))
 

@@ -105,17 +105,15 @@ def fallbacks(
 
 def framework_fallback(spec: ModelSpec, setup: TrainingSetup) -> Fallback | None:
     """The framework a setup that names none runs when the default for its layout (Megatron-LM
-    with tp / pp) cannot build the model or setup: HF (``None`` when the default stands). Set
-    for every layout, so that a plan's candidates agree."""
+    with tp / pp) cannot build the model or setup: HF (``None`` when the default stands or is
+    HF already)."""
     from memcalc.frameworks import ModelCode
     from memcalc.spec.megatron_setup import megatron_gap
 
-    if setup.framework is not None:
+    if setup.framework is not None or setup.framework_def.model_code is not ModelCode.megatron_core:
         return None
     megatron = setup.replace(framework="megatron")
     gap = megatron_gap(spec, megatron)
     if gap is None:
         return None
-    if setup.framework_def.model_code is not ModelCode.megatron_core:
-        return Fallback("--framework", "hf", "")
     return Fallback("--framework", "hf", f"Megatron-core's GPT model has no {gap}")

@@ -221,26 +221,26 @@ def from_megatron_args(
             raise MemcalcError(f"--megatron-args: {key}: {what} is not modelled")
     spec = model_spec(a, name)
     try:
-        setup = TrainingSetup(
-            batch=int(a.get("micro_batch_size", 1)),
-            seq=int(a.get("seq_length")),
-            precision=_precision(a),
-            grad_dtype="fp32" if a.flag("accumulate_allreduce_grads_in_fp32") else None,
-            optimizer="adamw" if a.get("optimizer", "adam") == "adam" else a.get("optimizer"),
-            parallel=parse_layout(_layout(a, world_size)),
-            framework="megatron",
-            megatron=megatron_options(a, env or {}),
+        setup = parse(
+            TrainingSetup,
+            {
+                "batch": int(a.get("micro_batch_size", 1)),
+                "seq": int(a.get("seq_length")),
+                "precision": _precision(a),
+                "grad_dtype": "fp32" if a.flag("accumulate_allreduce_grads_in_fp32") else None,
+                "optimizer": "adamw"
+                if a.get("optimizer", "adam") == "adam"
+                else a.get("optimizer"),
+                "parallel": _layout(a, world_size),
+                "framework": "megatron",
+                "megatron": megatron_options(a, env or {}),
+            },
+            "--megatron-args",
         )
     except FieldError as e:
         raise e.at("--megatron-args") from None
     recompute, every = _recompute(a)
     return MegatronRun(spec, setup, recompute, every)
-
-
-def parse_layout(fields: dict[str, Any]) -> Any:
-    from memcalc.spec.parallel import Parallelism
-
-    return parse(Parallelism, fields, "--megatron-args")
 
 
 def read_megatron_args(text: str) -> MegatronRun:

@@ -33,7 +33,7 @@ def norm_weights(prefix: str, h: int, norm: Norm, *, fused: bool) -> tuple[Param
     """A TE norm's parameters: weight, and a bias for LayerNorm (``layer_norm_weight`` /
     ``layer_norm_bias`` inside a fused LayerNormLinear)."""
     stem = f"{prefix}.layer_norm_" if fused else f"{prefix}."
-    out = (ParamTensor(f"{stem}weight", (h,), "norms"),)
+    out: tuple[ParamTensor, ...] = (ParamTensor(f"{stem}weight", (h,), "norms"),)
     if norm is Norm.layer_norm:
         out += (ParamTensor(f"{stem}bias", (h,), "norms"),)
     return out
@@ -71,7 +71,7 @@ def _linear_weights(
     name: str, comp: Component, n_in: int, n_out: int, bias: bool
 ) -> tuple[ParamTensor, ...]:
     kind = PARAM_COMPONENT[comp]
-    out = (ParamTensor(f"{name}.weight", (n_out, n_in), kind),)
+    out: tuple[ParamTensor, ...] = (ParamTensor(f"{name}.weight", (n_out, n_in), kind),)
     if bias:
         out += (ParamTensor(f"{name}.bias", (n_out,), kind),)
     return out
