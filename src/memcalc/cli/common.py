@@ -79,10 +79,11 @@ def measured_code(framework: FrameworkName | None, impl: str | None) -> str:
     chosen = FRAMEWORKS[framework or FrameworkName.reference]
     if chosen.model_code is ModelCode.megatron_core:
         raise MemcalcError(MEGATRON_ON_CPU)
-    if chosen.tensor_parallel is not TensorParallel.dtensor:
+    if chosen.tensor_parallel is TensorParallel.megatron:
         raise MemcalcError(
-            f"--framework: measure runs hf or reference (transformers or memcalc's model with "
-            f"PyTorch's parallelism); {chosen.label} does not run here"
+            f"--framework: measure runs hf, reference (transformers or memcalc's model with "
+            f"PyTorch's parallelism), torchtitan or torchtitan-0.2.2; {chosen.label} does not "
+            "run here"
         )
     return chosen.model_code.value
 

@@ -95,12 +95,27 @@ class Scope:
         grads: int = 0,
         params: int = 0,
         weights: tuple[ParamTensor, ...] = (),
+        kernel: str = "",
+        outputs: tuple[Saved, ...] = (),
     ) -> None:
         """Append an op; ``grads`` = bytes of its output gradient + its input gradients,
         ``params`` = elements of the weights whose gradients its backward writes, ``weights``
-        = the parameter tensors it owns."""
+        = the parameter tensors it owns, ``kernel`` / ``outputs`` what a save-list policy
+        reads (``Op.kernel``, ``Op.outputs``)."""
         self.ops.append(
-            Op(name, component, tuple(saves), flops, source, core, grads, params, weights)
+            Op(
+                name,
+                component,
+                tuple(saves),
+                flops,
+                source,
+                core,
+                grads,
+                params,
+                weights,
+                kernel=kernel,
+                outputs=outputs,
+            )
         )
 
 

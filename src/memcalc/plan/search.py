@@ -154,7 +154,7 @@ class _Search:
     def __init__(self, request: PlanRequest, gpu: GpuProfile, progress: Progress | None) -> None:
         self.request, self.gpu, self.progress = request, gpu, progress
         self.bounds = Bounds(request.spec, request.setup, gpu, request.options)
-        self.usable = gpu.memory_bytes - int(gpu.memory_bytes * request.options.headroom)
+        self.usable = self.bounds.usable
         self.tally = Tally()
         self.done: dict[tuple[object, ...], Row | None] = {}
         self.closest: dict[int, Config] = {}
@@ -307,6 +307,7 @@ class _Search:
                     offload=OFFLOADS[c.offload],
                     mfu=base.mfu,
                     headroom=base.headroom,
+                    alloc_conf=base.alloc_conf,
                 )
                 row = Row(c.layout, estimate(self.request.spec, setup, self.gpu, options))
         except MemcalcError:
@@ -332,6 +333,7 @@ class _Search:
                 offload=OFFLOADS[c.offload],
                 mfu=base.mfu,
                 headroom=base.headroom,
+                alloc_conf=base.alloc_conf,
             )
             row = Row(c.layout, estimate(self.request.spec, setup, self.gpu, options))
             over = row.breakdown.over_gpu_bytes

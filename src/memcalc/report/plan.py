@@ -235,9 +235,8 @@ def _header(result: PlanResult, unit: Unit) -> str:
         extra += f", {s.quantize.value} base weights"
     return (
         f"{req.spec.name}: seq {s.seq}, {batch}, {s.precision.value} {s.optimizer.value}"
-        f"{extra}. Fits = peak at most {1 - req.options.headroom:.0%} of GPU memory "
-        f"(--headroom {req.options.headroom:.0%}) and offloads within the node's host RAM and "
-        f"NVMe. Time at MFU {req.options.mfu:.2f}. Memory in {unit.value}."
+        f"{extra}. Fits = {_fit_rule(req.options.headroom)} and offloads within the node's "
+        f"host RAM and NVMe. Time at MFU {req.options.mfu:.2f}. Memory in {unit.value}."
     )
 
 
@@ -343,6 +342,7 @@ def plan_record(result: PlanResult, maximized: list[Maximized]) -> dict[str, Any
         "lora_rank": s.lora.rank if s.lora else None,
         "quantize": s.quantize.value,
         "headroom": req.options.headroom,
+        "alloc_conf": req.options.alloc_conf.text,
         "mfu": req.options.mfu,
         "max_gpus": req.max_gpus,
         "min_gpus": {k.gpu.name: k.fewest.gpus if k.fewest else None for k in result.kinds},
@@ -388,3 +388,16 @@ def _gpus(n: int) -> str:
     ('1 GPU', '64 GPUs')
     """
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _fit_rule(headroom: float | None) -> str:
+    """How a configuration's fit is judged (``Breakdown.over_gpu_bytes``)."""
+    if headroom is None:
+        return (
+            "reserved memory (the caching allocator replayed) + overhead within GPU memory; "
+            "peak at most 90% where the layout is not replayed (--headroom auto)"
+        )
+    return (
+        f"reserved (or the peak where not replayed) at most {1 - headroom:.0%} of GPU memory "
+        f"(--headroom {headroom:.0%})"
+    )

@@ -76,6 +76,7 @@ FLAGS = {
     "lora.dropout": "--lora-dropout",
     "lora.modules_to_save": "--modules-to-save",
     "megatron.moe_token_dispatcher": "--moe-dispatcher",
+    "deepspeed": "--ds",
 }
 """TrainingSetup fields whose command-line flag is not ``--`` + the field name."""
 
