@@ -517,6 +517,7 @@ def _megatron_kernels(setup: TrainingSetup) -> str:
 KERNEL_NOTES = {
     ModelCode.hf: _hf_kernels,
     ModelCode.ours: _hf_kernels,
+    ModelCode.torchtitan: _hf_kernels,
     ModelCode.megatron_core: _megatron_kernels,
 }
 """The assumption line naming the kernels of each framework's model code."""

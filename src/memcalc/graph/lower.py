@@ -404,6 +404,8 @@ def registration_order(blk: Block, module_order: tuple[str, ...]) -> tuple[str, 
 LOWERINGS = {
     ModelCode.hf: lower_hf,
     ModelCode.ours: lower_hf,
+    ModelCode.torchtitan: lower_hf,
     ModelCode.megatron_core: _lower_megatron,
 }
-"""The lowering of each framework's model code."""
+"""The lowering of each framework's model code (torchtitan's: HF's with its ``layer_code``
+overrides, ``implementation``)."""
