@@ -184,6 +184,9 @@ _CACHE_SIZE = 512
 def lower_cached(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:
     """``lower``, remembered for the setup fields the lowering reads (the planner estimates one
     graph under many data-parallel sizes, ZeRO stages, offloads and pipeline splits)."""
+    check = BUILD_CHECKS.get(setup.framework_def.model_code)
+    if check is not None:
+        check(spec, setup)  # it reads setup fields beyond the key (the ZeRO stage)
     key = lowering_key(spec, setup, device)
     graph = _CACHE.get(key)
     if graph is None:
@@ -231,6 +234,16 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
     return LOWERINGS[setup.framework_def.model_code](spec, setup, device)
+
+
+def _check_megatron(spec: ModelSpec, setup: TrainingSetup) -> None:
+    from memcalc.graph.blocks.megatron.model import check_buildable
+
+    check_buildable(spec, setup)
+
+
+BUILD_CHECKS = {ModelCode.megatron_core: _check_megatron}
+"""What a model code refuses to build, checked on every (cached) lowering."""
 
 
 def _lower_megatron(spec: ModelSpec, setup: TrainingSetup, device: str) -> OpGraph:

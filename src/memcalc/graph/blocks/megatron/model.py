@@ -37,13 +37,18 @@ def megatron_dims(dims: Dims, spec: ModelSpec, setup: TrainingSetup) -> Dims:
     return replace(dims, V=padded // tp)
 
 
-def lower_megatron(spec: ModelSpec, setup: TrainingSetup, dims: Dims) -> OpGraph:
-    """The op graph of one training step of Megatron-core's GPT model of ``spec``."""
+def check_buildable(spec: ModelSpec, setup: TrainingSetup) -> None:
+    """The one-line error for a spec or setup Megatron-core cannot build (``megatron_gap``)."""
     gap = megatron_gap(spec, setup)
     if gap is not None:
         raise MemcalcError(
             f"--framework megatron: Megatron-core's GPT model has no {gap}; use --framework hf"
         )
+
+
+def lower_megatron(spec: ModelSpec, setup: TrainingSetup, dims: Dims) -> OpGraph:
+    """The op graph of one training step of Megatron-core's GPT model of ``spec``."""
+    check_buildable(spec, setup)
     dims = megatron_dims(dims, spec, setup)
     opts = setup.megatron_options
     fp8 = setup.precision is Precision.fp8_mixed
