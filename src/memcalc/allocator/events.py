@@ -29,7 +29,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from memcalc.frameworks import ShardingEngine, TensorParallel
+from memcalc.frameworks import (
+    GradientStore,
+    OptimizerImpl,
+    ShardingEngine,
+    TensorParallel,
+    Workspaces,
+)
 from memcalc.graph.ops import Block, Op, OpGraph, ParamTensor, Saved
 from memcalc.params import ParamCounts
 from memcalc.spec.parallel import DDP_BUCKET_BYTES
@@ -134,6 +140,16 @@ def unmodelled(setup: TrainingSetup, *, offloaded: bool, device: str) -> str | N
         return "pipeline, context and expert parallelism are not in the event model yet"
     if par.tp > 1 and setup.framework_def.tensor_parallel is TensorParallel.dtensor:
         return "DTensor tensor parallelism is not in the event model yet"
+    fw = setup.framework_def
+    if (
+        fw.gradients is not GradientStore.param_grads
+        or fw.optimizer is not OptimizerImpl.torch
+        or fw.workspaces is not Workspaces.none
+    ):
+        return (
+            f"{fw.label}'s gradient buffer, fused optimizer and library workspaces are not in "
+            "the event model yet"
+        )
     if offloaded:
         return "offload is not in the event model yet"
     if setup.optimizer not in _STATES:
