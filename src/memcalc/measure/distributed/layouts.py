@@ -111,7 +111,10 @@ def check_layout(
     if par.ep > 1:
         raise MemcalcError("--ep: expert parallelism is not measured")
     if par.microbatches > 1 and par.pp == 1:
-        raise MemcalcError("--microbatches: gradient accumulation is measured only with --pp")
+        raise MemcalcError(
+            "--microbatches: gradient accumulation is measured on one process (no --nproc) or "
+            "under --pp, not beside DDP / FSDP2 / DTensor yet"
+        )
     if par.dp > 1 and par.zero == 1:
         raise MemcalcError(
             "--zero: ZeRO-1 is not measured: torch's ZeroRedundancyOptimizer partitions whole "
