@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memcalc.graph.ops import Component, Op, ParamTensor, Saved
+from memcalc.graph.ops import AttentionWork, Component, Gemm, Op, ParamTensor, Saved
 from memcalc.spec.training import DType
 
 
@@ -95,12 +95,24 @@ class Scope:
         grads: int = 0,
         params: int = 0,
         weights: tuple[ParamTensor, ...] = (),
+        work: Gemm | AttentionWork | None = None,
     ) -> None:
         """Append an op; ``grads`` = bytes of its output gradient + its input gradients,
         ``params`` = elements of the weights whose gradients its backward writes, ``weights``
-        = the parameter tensors it owns."""
+        = the parameter tensors it owns, ``work`` = the matmul or attention kernel it runs."""
         self.ops.append(
-            Op(name, component, tuple(saves), flops, source, core, grads, params, weights)
+            Op(
+                name,
+                component,
+                tuple(saves),
+                flops,
+                source,
+                core,
+                grads,
+                params,
+                weights,
+                work=work,
+            )
         )
 
 
