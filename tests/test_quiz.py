@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from memcalc.errors import MemcalcError
-from memcalc.estimate import Options, estimate
+from memcalc.estimate import DEFAULT_MFU, Options, estimate
 from memcalc.params import count_params
 from memcalc.profiles import load_profile
 from memcalc.quiz import command as quiz_module
@@ -273,6 +273,7 @@ def test_generated_answers_equal_the_estimate(model, gpu, setup):
                 recompute=r,
                 every=sqrt_k(n) if r is Recompute.every_k else None,
                 offload=tuple(Offload.parse(o) for o in offload),
+                mfu=DEFAULT_MFU,  # the quiz's times: one utilisation (--mfu's default there)
             )
             b = estimate(spec, setup, profile, opts)
             cost = b.extra_seconds + b.transfer_seconds

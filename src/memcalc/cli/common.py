@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
-from memcalc.estimate import DEFAULT_MFU, MIN_MFU
+from memcalc.estimate import MIN_MFU
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
 from memcalc.spec.finetune import Quantize
@@ -366,9 +366,10 @@ strategy_options = options(
     click.option(
         "--mfu",
         type=MFU,
-        default=DEFAULT_MFU,
-        show_default=True,
-        help="Model-FLOPs utilisation used to turn FLOPs into time.",
+        default=None,
+        show_default=False,
+        help="Rate every matmul and attention kernel at this fraction of peak instead of by "
+        "its shape (default: the kernel model).",
     ),
 )
 

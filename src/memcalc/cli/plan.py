@@ -25,7 +25,7 @@ from memcalc.cli.common import (
 )
 from memcalc.cli.inputs import read_inputs
 from memcalc.errors import MemcalcError
-from memcalc.estimate import DEFAULT_MFU, Options
+from memcalc.estimate import Options
 from memcalc.profiles import DEFAULT_GPU, GpuProfile
 from memcalc.spec.model import ModelSpec
 from memcalc.units import parse_count
@@ -41,6 +41,21 @@ Examples:
   memcalc plan --model qwen3-32b --gpu h100-sxm-80gb --max-gpus 64 --format json
   memcalc plan --model llama-2-7b --seq 4096 --max-gpus 8 --wide --plot plan.png
 """
+
+CONSTRAINT_FLAGS = (
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "zero",
+    "recompute",
+    "offload",
+    "no_offload",
+    "max_step_time",
+    "min_tokens_per_s",
+    "impractical",
+)
+"""The options ``plan.constraints.parse_constraints`` reads."""
 
 MAX_GPUS = 65536
 """The most GPUs ``--max-gpus`` may ask for (the search grows with it)."""
@@ -83,15 +98,42 @@ MAX_GPUS = 65536
 @click.option(
     "--mfu",
     type=MFU,
-    default=DEFAULT_MFU,
-    show_default=True,
-    help="Model-FLOPs utilisation used to turn FLOPs into time.",
+    default=None,
+    show_default=False,
+    help="Rate every matmul and attention kernel at this fraction of peak instead of by "
+    "its shape (default: the kernel model).",
 )
 @click.option(
     "--maximize",
     type=click.Choice(["batch", "seq"], case_sensitive=False),
     default=None,
     help="Also find the largest micro-batch or sequence length that fits.",
+)
+@click.option("--tp", default=None, help="Tensor-parallel degrees to try: one (8) or a set (4,8).")
+@click.option("--pp", default=None, help="Pipeline stages to try (e.g. 1,2,4).")
+@click.option("--cp", default=None, help="Context-parallel degrees to try.")
+@click.option("--ep", default=None, help="Expert-parallel degrees to try (MoE).")
+@click.option("--zero", default=None, help="ZeRO stages to try (e.g. 1 or 1,3).")
+@click.option(
+    "--recompute", default=None, help="Recompute strategies to try (e.g. none,selective,full)."
+)
+@click.option(
+    "--offload",
+    multiple=True,
+    help="Offload combinations to try: none, optimizer=cpu, ... (comma-separated; + joins "
+    "one combination's parts: optimizer=cpu+activations=cpu).",
+)
+@click.option("--no-offload", is_flag=True, help="Offload nothing.")
+@click.option("--max-step-time", default=None, help="Longest step accepted (e.g. 30s, 2min).")
+@click.option(
+    "--min-tokens-per-s",
+    default=None,
+    help="Least throughput accepted: in all (2M) or per GPU (3000/gpu).",
+)
+@click.option(
+    "--impractical",
+    is_flag=True,
+    help="Also offer configurations under 1/10 of the best tokens/s per GPU found.",
 )
 @click.option("--top", type=int, default=10, show_default=True, help="Rows of the ranked table.")
 @click.option("--why", is_flag=True, help="Say why fewer GPUs do not fit.")
@@ -138,8 +180,11 @@ def plan_request(
     ``--model`` on ``--gpu``), validated: the command line's and the Python API's
     (``memcalc.api.plan``) one conversion. Needs the command's click context (``given``)."""
     from memcalc.plan import Maximize, PlanRequest
+    from memcalc.plan.constraints import parse_constraints
 
-    inputs = read_inputs(values, gpus or tuple(values["gpus"] or (DEFAULT_GPU,)), spec=spec)
+    # --tp, --zero, ... of plan are sets to search, not the setup's layout
+    setup_values = {k: v for k, v in values.items() if k not in CONSTRAINT_FLAGS}
+    inputs = read_inputs(setup_values, gpus or tuple(values["gpus"] or (DEFAULT_GPU,)), spec=spec)
     spec, setup, profiles = inputs.spec, inputs.setup, inputs.profiles
     max_gpus = _bounded("--max-gpus", values["max_gpus"], 1, MAX_GPUS)
     top = _bounded("--top", values["top"], 1, 1000)
@@ -159,6 +204,7 @@ def plan_request(
         global_batch=global_batch,
         options=Options(mfu=values["mfu"], headroom=headroom),
         top=top,
+        constraints=parse_constraints(**{k: values[k] for k in CONSTRAINT_FLAGS}),
     )
     return request, what
 

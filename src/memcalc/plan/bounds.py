@@ -36,11 +36,20 @@ from memcalc.plan.strategies import OFFLOADS
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
-from memcalc.steptime import communication_seconds, step_time
+from memcalc.steptime import (
+    Kernels,
+    MicroBatch,
+    kernels_of,
+    micro_batch,
+    optimizer_step_seconds,
+    runtime_of,
+    step_time,
+)
+from memcalc.steptime.schedule import Windows, pipeline_seconds, windows_of
 from memcalc.strategies.comms import StepShape, step_transfers
 from memcalc.strategies.offload import Offload, OffloadWhat, OffloadWhere
 from memcalc.strategies.pipeline import in_flight, pipeline_stages
-from memcalc.strategies.placement import Placement, place
+from memcalc.strategies.placement import HostTraffic, Placement, place
 from memcalc.strategies.recompute import ActivationPlan, Recompute, plan_for, sqrt_k
 from memcalc.strategies.sharding import Sharding
 from memcalc.validate import derive
@@ -66,6 +75,10 @@ class StageFacts:
     last_extra_flops: dict[Recompute, int]
     shape: StepShape
     """What the first stage's collectives depend on (without recompute)."""
+    kernels: MicroBatch
+    """One micro-batch's kernel time on the first stage..."""
+    last_kernels: MicroBatch
+    """... and on the last."""
 
     @property
     def flops_per_saved_byte(self) -> float:
@@ -103,6 +116,7 @@ def fixed_options(num_layers: int, base: Options) -> dict[Recompute, Options]:
             every=k if r is Recompute.every_k else None,
             mfu=base.mfu,
             headroom=base.headroom,
+            runtime=base.runtime,
         )
         for r in (Recompute.none, Recompute.selective, Recompute.every_k, Recompute.full)
     }
@@ -116,14 +130,15 @@ class Bounds:
     ) -> None:
         self.spec, self.base, self.gpu = spec, base, gpu
         self.fixed = fixed_options(spec.num_layers, options)
-        self.flops_per_s = gpu.matmul_flops_per_s(base.activation_dtype) * options.mfu
+        self.runtime = options.runtime or runtime_of(base)
+        self.mfu = options.mfu
         self.usable = gpu.memory_bytes - int(gpu.memory_bytes * options.headroom)
         self._stages: dict[tuple[int, int], tuple[OpGraph, bool, bool]] = {}
         self._facts: dict[tuple[object, ...], StageFacts | None] = {}
         self._by_split: dict[tuple[object, ...], StageFacts | None] = {}
         self._counts: dict[tuple[object, ...], tuple[ParamCounts, OptimizerBytes]] = {}
         self._placements: dict[tuple[int, int, int, int], Placement] = {}
-        self._transfers: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._transfers: dict[tuple[object, ...], Windows] = {}
         self.links = links_of(gpu)
 
     def facts(self, layout: Layout) -> StageFacts | None:
@@ -189,6 +204,10 @@ class Bounds:
             last_forward_flops=last.graph.forward_flops,
             last_extra_flops=last_extra,
             shape=step_shape(g, counts, setup, plans[Recompute.none]),
+            kernels=micro_batch(g, self.gpu, self.runtime, cp=setup.parallel.cp, mfu=self.mfu),
+            last_kernels=micro_batch(
+                last.graph, self.gpu, self.runtime, cp=setup.parallel.cp, mfu=self.mfu
+            ),
         )
 
     def placement(self, facts: StageFacts, dp: int, zero: int, choice: int) -> Placement:
@@ -203,19 +222,27 @@ class Bounds:
             )
         return hit
 
-    def communication(self, facts: StageFacts, layout: Layout, zero: int) -> tuple[float, float]:
-        """Seconds of the first stage's collectives without recompute: (on the critical path,
-        overlapping compute). Recompute only repeats some of them."""
+    def communication(
+        self, facts: StageFacts, layout: Layout, zero: int, forwards: float = 0.0
+    ) -> Windows:
+        """The first stage's collectives, summed by window, with ``forwards`` extra forwards
+        of recompute repeating theirs (0: a lower bound for any recompute)."""
         par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
-        key = (id(facts.shape), par)
+        key = (id(facts.shape), par, forwards)
         hit = self._transfers.get(key)
         if hit is None:
-            transfers = tuple(step_transfers(par, facts.shape, self.links))
-            hit = self._transfers[key] = communication_seconds(transfers)
+            shape = dataclasses.replace(facts.shape, recompute_forwards=forwards)
+            transfers = step_transfers(par, shape, self.links, self.runtime.overlaps)
+            hit = self._transfers[key] = windows_of(transfers, par.microbatches)
         return hit
 
     def configurations(
-        self, facts: StageFacts, layout: Layout, zeros: tuple[int, ...], choices: list[int]
+        self,
+        facts: StageFacts,
+        layout: Layout,
+        zeros: tuple[int, ...],
+        choices: list[int],
+        recomputes: frozenset[Recompute] | None = None,
     ) -> tuple[
         list[tuple[int, int, Recompute, int, float]], int, tuple[int, int, Recompute, int, float]
     ]:
@@ -226,24 +253,31 @@ class Bounds:
         par = layout.parallel
         m, k, outside = par.microbatches, facts.in_flight, facts.outside_blocks_bytes
         k_later = facts.in_flight_later
-        fps = self.flops_per_s
-        compute = 3 * facts.forward_flops / fps
-        backward_window = m * 2 * facts.forward_flops / fps
-        last = 3 * facts.last_forward_flops / fps
+        first, last = facts.kernels, facts.last_kernels
+        per_flop = first.seconds_per_recompute_flop()
+        block_flops = max(1, facts.graph.over_layers(lambda b: b.flops))
         plans = [
-            (r, p.stored_bytes, p.extra_forward_flops, facts.last_extra_flops[r])
+            (
+                r,
+                p.stored_bytes,
+                p.extra_forward_flops / block_flops,
+                first.recompute_seconds(p),
+                last_kernels_recompute(last, facts.last_extra_flops[r]),
+            )
             for r, p in facts.plans.items()
+            if recomputes is None or r in recomputes
         ]
-        plans.append((Recompute.budget, facts.min_stored_bytes, 0, 0))
+        if recomputes is None or Recompute.budget in recomputes:
+            plans.append((Recompute.budget, facts.min_stored_bytes, 0.0, 0.0, 0.0))
         none_stored = facts.plans[Recompute.none].stored_bytes
         per_byte = facts.flops_per_saved_byte
         overhead = self.gpu.runtime_overhead_bytes
-        to_host = 2 * m / self.gpu.host_link_bytes_per_s
         usable = self.usable
+        base_kernels = kernels_of(first)
+        last_compute = last.seconds
         out: list[tuple[int, int, Recompute, int, float]] = []
         total, least = 0, (0, 0, Recompute.none, -1, 0.0)
         for zero in zeros:
-            critical, overlapping = self.communication(facts, layout, zero)
             for choice in choices:
                 if par.dp > 1 and zero < REQUIRED_ZERO[choice]:
                     continue
@@ -251,9 +285,9 @@ class Bounds:
                 grads = placed.gpu_gradient_bytes
                 accumulated = grads if m > 1 and placed.grads_resident else 0
                 states = placed.gpu_parameter_bytes + placed.gpu_optimizer_bytes + overhead
-                overlapped = placed.overlapped_seconds
                 acts_off = ACTIVATIONS in OFFLOADS[choice]
-                for r, stored, extra, last_extra in plans:
+                optimizer = optimizer_step_seconds(placed, self.gpu)
+                for r, stored, forwards, recompute, last_recompute in plans:
                     total += 1
                     acts = (stored if stored < outside else outside) if acts_off else stored
                     held = acts * k
@@ -270,35 +304,49 @@ class Bounds:
                         cap = (usable - states) // (k or 1)
                         if accumulated:
                             cap = min(cap, (usable - states - accumulated) // (k_later or 1))
-                        extra = int(max(0, none_stored - cap) * per_byte)
+                        recompute = max(0, none_stored - cap) * per_byte * per_flop
                     # save_on_cpu moves every micro-batch's activations down and back up
+                    host = placed.traffic
+                    if stored > acts:
+                        host = HostTraffic(
+                            host.forward_up,
+                            host.forward_down + stored - acts,
+                            host.backward_up + stored - acts,
+                            host.backward_down,
+                            host.step_down,
+                            host.step_up,
+                            host.nvme_seconds,
+                        )
                     seconds = step_time(
-                        micro_batch_compute_seconds=compute,
-                        micro_batch_recompute_seconds=extra / fps,
+                        Kernels(
+                            base_kernels.forward,
+                            base_kernels.backward,
+                            recompute,
+                            base_kernels.matmul,
+                            base_kernels.attention,
+                        ),
                         microbatches=m,
                         pp=par.pp,
                         vpp=par.vpp,
-                        critical_communication_seconds=critical,
-                        overlapping_communication_seconds=overlapping,
-                        offload_overlapped_seconds=overlapped + (stored - acts) * to_host,
-                        offload_exposed_seconds=placed.exposed_seconds,
-                        backward_window_seconds=backward_window,
+                        windows=self.communication(facts, layout, zero, forwards),
+                        host=host,
+                        host_link_bytes_per_s=self.gpu.host_link_bytes_per_s,
                         cpu_optimizer_seconds=placed.cpu_step_seconds,
+                        optimizer_seconds=optimizer,
                     ).total_seconds
                     # the last stage (LM head and loss) computes at least as long
-                    tail = step_time(
-                        micro_batch_compute_seconds=last,
-                        micro_batch_recompute_seconds=last_extra / fps,
-                        microbatches=m,
-                        pp=par.pp,
-                        vpp=par.vpp,
-                    ).total_seconds
+                    tail = pipeline_seconds(last_compute + last_recompute, m, par.pp, par.vpp)
                     if tail > seconds:
                         seconds = tail
                     out.append((zero, choice, r, memory, seconds))
                     if least[3] < 0 or memory < least[3]:
                         least = (zero, choice, r, memory, seconds)
         return out, total, least
+
+
+def last_kernels_recompute(last: MicroBatch, extra_flops: int) -> float:
+    """A lower bound on the last stage's recompute seconds for ``extra_flops``."""
+    return extra_flops * last.seconds_per_recompute_flop()
 
 
 ACTIVATIONS = Offload(OffloadWhat.activations, OffloadWhere.cpu)

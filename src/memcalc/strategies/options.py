@@ -4,14 +4,19 @@ bytes and FLOPs into a verdict and a time (MFU, headroom)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memcalc.errors import MemcalcError, one_of
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute
 
+if TYPE_CHECKING:
+    from memcalc.steptime.runtime import Runtime
+
 DEFAULT_MFU = 0.4
-"""Assumed model-FLOPs utilisation for turning FLOPs into seconds (typical well-tuned
-dense-transformer training reaches 0.35-0.55 of dense peak)."""
+"""The one model-FLOPs utilisation of the single-utilisation time model: what ``--mfu`` gives
+as an example and the tutor (``quiz``) teaches with. ``estimate`` and ``plan`` do not use it
+by default: ``Options.mfu`` None rates each kernel by its shape (``steptime``)."""
 MIN_MFU = 0.001
 """Lowest model-FLOPs utilisation accepted: below 0.1% of peak a step's time means nothing
 (and 1e-320 would make it infinite)."""
@@ -33,9 +38,13 @@ class Options:
     every: int | None = None
     budget_bytes: int | None = None
     offload: tuple[Offload, ...] = ()
-    mfu: float = DEFAULT_MFU
+    mfu: float | None = None
+    """None: the kernel model (``steptime``); a fraction: every matmul and attention kernel at
+    it, with no time for elementwise ops (the single-utilisation model)."""
     headroom: float = DEFAULT_HEADROOM
     """Fraction of GPU memory kept free (see DEFAULT_HEADROOM)."""
+    runtime: Runtime | None = None
+    """The framework the time assumes (``steptime.runtime``); None: ``runtime_of(setup)``."""
 
     def __post_init__(self) -> None:
         """Accept what the command line accepts: ``recompute="full"`` (any case),
@@ -64,7 +73,7 @@ class Options:
             from memcalc.units import parse_size
 
             object.__setattr__(self, "budget_bytes", parse_size(self.budget_bytes))
-        if not MIN_MFU <= self.mfu <= 1:  # also refuses nan
+        if self.mfu is not None and not MIN_MFU <= self.mfu <= 1:  # also refuses nan
             raise MemcalcError(f"--mfu: must be from {MIN_MFU} to 1, got {self.mfu!r}")
         if not 0 <= self.headroom < 0.9:
             raise MemcalcError(
