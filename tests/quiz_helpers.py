@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,14 @@ def size_of(text: str) -> tuple[float, float]:
 
 
 def shows(text: str, num_bytes: int | float) -> bool:
-    """True when ``text`` (a size as printed) is ``num_bytes`` rounded."""
-    value, half_ulp = size_of(text)
-    return abs(value - num_bytes) <= half_ulp * (1 + 1e-9)
+    """True when ``text`` (a size as printed) is ``num_bytes`` rounded (compared in exact
+    decimals: a figure exactly half-way, printed rounded up, is shown)."""
+    match = SIZE.match(text)
+    assert match, f"not a size: {text!r}"
+    number, decimals, unit = match.groups()
+    value = Decimal(number.replace(",", "")) * UNIT_BYTES[unit]
+    half_ulp = Decimal(5).scaleb(-len(decimals or "") - 1) * UNIT_BYTES[unit]
+    return abs(value - Decimal(num_bytes)) <= half_ulp
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from conftest import run_cli
 from memcalc.cli import main
 from memcalc.params import count_params
 from memcalc.spec.presets import preset
@@ -246,3 +247,41 @@ def test_side_room_commands_keep_their_exit_codes(capsys):
     assert code == 2 and err.startswith("error: ")
     code, out, _ = run(capsys, "quiz", "--reveal", "--count", "2", "--seed", "1")
     assert code == 0 and out.strip()
+
+
+def test_parallel_impl_is_a_deprecated_name_of_the_framework():
+    """``--parallel-impl torch`` is ``--framework hf`` (one note on stderr); ``megatron`` is
+    ``--framework megatron``; the two flags disagreeing is an error."""
+    argv = ["estimate", "--model", "gpt2", "--tp", "2", "--recompute", "full", "--format", "json"]
+    new = run_cli(*argv, "--framework", "hf")
+    old = run_cli(*argv, "--parallel-impl", "torch")
+    assert old.exit_code == new.exit_code == 0
+    assert json.loads(old.stdout) == json.loads(new.stdout)
+    assert "--parallel-impl torch is deprecated: use --framework hf" in old.stderr
+    megatron = run_cli(*argv, "--framework", "megatron")
+    assert json.loads(megatron.stdout) == json.loads(run_cli(*argv).stdout)  # the tp default
+    assert json.loads(megatron.stdout) != json.loads(new.stdout)
+    both = run_cli(*argv, "--parallel-impl", "torch", "--framework", "megatron")
+    assert both.exit_code == 2 and "disagree" in both.stderr
+
+
+def test_measure_impl_is_a_deprecated_name_of_the_framework(capsys):
+    from memcalc.cli.common import measured_code
+    from memcalc.errors import MemcalcError
+    from memcalc.frameworks import FrameworkName
+
+    assert measured_code(None, None) == "ours"  # memcalc's reference model by default
+    assert measured_code(FrameworkName.hf, None) == "hf"
+    assert measured_code(None, "ours") == "ours"
+    assert "--impl ours is deprecated: use --framework reference" in capsys.readouterr().err
+    with pytest.raises(MemcalcError, match="measure runs hf or reference"):
+        measured_code(FrameworkName.megatron, None)
+
+
+def test_a_gpu_without_nvme_gets_no_nvme_row():
+    """The V100 profile's server has no local NVMe: the table leaves optimizer=nvme out (it
+    was an error that stopped the whole estimate)."""
+    r = run_cli("estimate", "--model", "gpt2", "--gpu", "v100-sxm2-16gb", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    rows = [s["strategy"] for s in json.loads(r.stdout)["strategies"]]
+    assert "offload optimizer=cpu" in rows and "offload optimizer=nvme" not in rows

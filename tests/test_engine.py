@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from memcalc.errors import MemcalcError
 from memcalc.estimate import Options, estimate, estimate_graph
 from memcalc.graph import lower as lower_module
-from memcalc.graph.layout import Layout
+from memcalc.graph.layout import LayerLayout
 from memcalc.graph.lower import lower
 from memcalc.params import count_params
 from memcalc.profiles import load_profile
@@ -64,7 +64,7 @@ def stacks(draw):
     head = draw(st.lists(st.integers(0, 2), max_size=3))
     period = draw(st.lists(st.integers(0, 2), min_size=1, max_size=4))
     n = draw(st.integers(max(1, len(head)), len(head) + 14))
-    layout = Layout.periodic(period, n, head=head)
+    layout = LayerLayout.periodic(period, n, head=head)
     graph = replace(base, kinds=kinds, layout=layout)
     return setup, graph
 
@@ -148,7 +148,7 @@ def _brute_force_budget(graph, limit):
 def test_budget_over_several_kinds_is_optimal_against_brute_force(pattern, fraction):
     setup = TrainingSetup(batch=2, seq=32, attention="eager")
     base, kinds = _kinds(setup)
-    graph = replace(base, kinds=kinds, layout=Layout.periodic(pattern, 7))
+    graph = replace(base, kinds=kinds, layout=LayerLayout.periodic(pattern, 7))
     limit = int(graph.saved_bytes * fraction)
     want = _brute_force_budget(graph, limit)
     try:

@@ -412,7 +412,7 @@ def test_offsets_are_int32():
 
 
 # ---------------------------------------------------------------------------------------------
-# Against real CPU training steps (memcalc measure --impl hf)
+# Against real CPU training steps (memcalc measure --framework hf)
 
 ACTIVATION_TOLERANCE = 0.01
 """Stored activations: exact without recompute; under a checkpoint the estimate counts a few

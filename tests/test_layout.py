@@ -1,9 +1,9 @@
-"""Layout: every closed-form query equals the same question asked of the explicit layer list."""
+"""LayerLayout: every closed-form query equals the same question of the explicit layer list."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memcalc.graph.layout import Layout
+from memcalc.graph.layout import LayerLayout
 
 KINDS = st.integers(0, 3)
 
@@ -15,7 +15,7 @@ def layouts(draw):
     period = draw(st.lists(KINDS, min_size=1, max_size=6))
     n = draw(st.integers(len(head), len(head) + 40))
     kinds = (list(head) + [period[i % len(period)] for i in range(n - len(head))])[:n]
-    return Layout.periodic(period, n, head=head), kinds
+    return LayerLayout.periodic(period, n, head=head), kinds
 
 
 VALUES = (7, 11, 13, 17)
@@ -50,7 +50,7 @@ def test_queries_equal_the_explicit_list(lay, data):
 def test_families_cover_every_layer_once_with_one_kind_each(lay):
     layout, kinds = lay
     members = []
-    for f in layout.families():
+    for f in layout.progressions():
         layers = [f.at(t) for t in range(f.count)]
         assert len({kinds[j] for j in layers}) == 1
         members += layers
@@ -60,13 +60,13 @@ def test_families_cover_every_layer_once_with_one_kind_each(lay):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(KINDS, max_size=60))
 def test_from_kinds_reproduces_any_list(kinds):
-    layout = Layout.from_kinds(kinds)
+    layout = LayerLayout.from_kinds(kinds)
     assert [layout.kind_at(i) for i in range(len(kinds))] == kinds
 
 
 def test_sizes_do_not_grow_with_depth():
-    assert Layout.uniform(10**6).size == Layout.uniform(2).size == 2
-    gemma = Layout.from_kinds([0, 0, 0, 0, 0, 1] * 10 + [0, 0])
+    assert LayerLayout.uniform(10**6).size == LayerLayout.uniform(2).size == 2
+    gemma = LayerLayout.from_kinds([0, 0, 0, 0, 0, 1] * 10 + [0, 0])
     assert gemma.size == 7  # one piece, a period of six
-    deepseek = Layout.from_kinds([1, 1, 1] + [0] * 58)
+    deepseek = LayerLayout.from_kinds([1, 1, 1] + [0] * 58)
     assert [(p.period, p.length) for p in deepseek.pieces] == [((1,), 3), ((0,), 58)]

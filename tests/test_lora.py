@@ -230,7 +230,7 @@ def test_targets_peft_refuses_are_a_one_line_error(capsys):
     _peft()
     from memcalc.cli import main
 
-    argv = ["measure", "--model", "tests/data/hf/tiny/deepseek_v3.json", "--impl", "hf"]
+    argv = ["measure", "--model", "tests/data/hf/tiny/deepseek_v3.json", "--framework", "hf"]
     argv += ["--batch", "1", "--seq", "8", "--lora-rank", "4", "--lora-targets", "gate_proj"]
     assert main([*argv, "--quiet"]) == 2
     err = capsys.readouterr().err.strip()

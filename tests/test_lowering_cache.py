@@ -9,10 +9,11 @@ from dataclasses import fields
 
 import pytest
 
+from memcalc.frameworks import FrameworkName
 from memcalc.graph.lower import lower, lower_cached, lowering_key
 from memcalc.spec.finetune import LoraSpec, Quantize
 from memcalc.spec.loaders import load_model
-from memcalc.spec.parallel import ParallelImpl, Parallelism
+from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, Loss, OptimizerKind, Precision, TrainingSetup
 from memcalc.validate import FieldError
 
@@ -35,6 +36,7 @@ SETUP_VALUES = {
     "input_grads": (True, False),
     "moe_imbalance": (2.0,),
     "capacity_factor": (1.25,),
+    "framework": tuple(FrameworkName),
 }
 PARALLEL_VALUES = {
     "dp": (1, 4),
@@ -48,7 +50,6 @@ PARALLEL_VALUES = {
     "zero": (0, 1, 3),
     "fsdp_reshard": (False,),
     "shard_size": (None,),
-    "parallel_impl": tuple(ParallelImpl),
     "bucket_view": (True,),
 }
 BASES = [
@@ -90,11 +91,11 @@ def test_setups_with_one_key_lower_to_one_graph(base):
     assert checked >= 10
 
 
-def test_dtensor_and_megatron_tensor_parallelism_are_cached_apart():
+def test_frameworks_are_cached_apart():
     setups = [
-        TrainingSetup(batch=2, seq=32, parallel=Parallelism(tp=2, parallel_impl=impl))
-        for impl in ParallelImpl
+        TrainingSetup(batch=2, seq=32, framework=name, parallel=Parallelism(tp=2))
+        for name in FrameworkName
     ]
-    for first, second in itertools.permutations(setups):
+    for first, second in itertools.permutations(setups, 2):
         lower_cached(SPEC, first)
         assert lower_cached(SPEC, second) == lower(SPEC, second)

@@ -117,7 +117,7 @@ def test_llama_2_7b_is_refused_before_building(monkeypatch):
     monkeypatch.setattr(preflight, "host_available_bytes", lambda: 20 * GIB)
     start = time.monotonic()
     model = str(DATA / "llama-2-7b-config.json")
-    r = run_cli("measure", "--model", model, "--impl", "hf", "--device", "cpu")
+    r = run_cli("measure", "--model", model, "--framework", "hf", "--device", "cpu")
     assert time.monotonic() - start < 30
     assert r.exit_code == 2
     line = _one_error_line(r.stderr)
@@ -374,7 +374,7 @@ def test_readme_measure_examples_pass_the_preflight_on_a_24_gb_machine(monkeypat
     monkeypatch.setattr("memcalc.measure.distributed.launch.launch", stop)
     monkeypatch.chdir(ROOT)
     for argv in commands:
-        if "--impl" in argv and "hf" in argv:
+        if "--framework" in argv and "hf" in argv:
             pytest.importorskip("transformers")
         r = run_cli(*argv, "--device", "cpu", "--quiet")
         assert r.exit_code == 130, (argv, r.stderr)

@@ -284,8 +284,10 @@ def test_dtensor_sequence_parallel_saves_the_gathered_projection_inputs(t):
     # inputs before the column-parallel projections, which save the gathered 2sbh tensor
     # each, where Megatron's ColumnParallelLinear saves the 2sbh/t shard:
     #   Table 2's sbh(34/t + 5as/(ht)) becomes sbh(30/t + 4 + 5as/(ht)).
-    par = Parallelism(tp=t, parallel_impl="torch")
-    setup = TrainingSetup(batch=B, seq=S, precision="bf16", attention="eager", parallel=par)
+    par = Parallelism(tp=t)
+    setup = TrainingSetup(
+        batch=B, seq=S, precision="bf16", attention="eager", parallel=par, framework="hf"
+    )
     block = lower(_gpt(), setup).kinds[0]
     sbh = S * B * H
     expected = sbh * 30 // t + 4 * sbh + 5 * A * S * S * B // t
@@ -295,7 +297,7 @@ def test_dtensor_sequence_parallel_saves_the_gathered_projection_inputs(t):
 def test_dtensor_tensor_parallel_keeps_a_replicated_embedding_gradient_and_loss_buffer():
     setup = TrainingSetup(batch=2, seq=32, precision="fp32")
     megatron = estimate(TINY, setup.replace(parallel=Parallelism(tp=2)), GPU)
-    torch_tp = estimate(TINY, setup.replace(parallel=Parallelism(tp=2, parallel_impl="torch")), GPU)
+    torch_tp = estimate(TINY, setup.replace(parallel=Parallelism(tp=2), framework="hf"), GPU)
     V, h, T = TINY.vocab_size, TINY.hidden_size, 64
     # DTensor's embedding backward has no vocab-sharded rule: the gradient is V x h, replicated
     assert torch_tp.gradient_bytes - megatron.gradient_bytes == (V - V // 2) * h * 4
@@ -370,18 +372,13 @@ def test_torch_pipeline_keeps_a_receive_buffer_per_micro_batch():
     # made once and kept across steps -- activations on every stage but the first, their
     # gradients on every stage but the last
     m, T, h = 4, 64, 64
-    par = Parallelism(pp=3, microbatches=m, parallel_impl="torch")
+    par = Parallelism(pp=3, microbatches=m)
     spec = TINY.replace(num_layers=6)
-    b = estimate(spec, TrainingSetup(batch=2, seq=32, precision="fp32", parallel=par), GPU)
+    setup = TrainingSetup(batch=2, seq=32, precision="fp32", parallel=par, framework="hf")
+    b = estimate(spec, setup, GPU)
     stream = T * h * 4
     assert [st.buffer_bytes for st in b.stages] == [m * stream, 2 * m * stream, m * stream]
-    megatron = estimate(
-        spec,
-        TrainingSetup(
-            batch=2, seq=32, precision="fp32", parallel=par.replace(parallel_impl="megatron")
-        ),
-        GPU,
-    )
+    megatron = estimate(spec, setup.replace(framework="megatron"), GPU)
     assert all(st.buffer_bytes == 0 for st in megatron.stages)
 
 

@@ -19,11 +19,15 @@ from html.parser import HTMLParser
 import pytest
 
 from memcalc.errors import MemcalcError
+from memcalc.profiles import load_profile
 from memcalc.quiz import command as quiz_module
 from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, AnswerUnit, Lang, Numeric, load_bank
 from memcalc.quiz.bidi import strip_marks
 from memcalc.quiz.export import ANKI_HEADERS
+from memcalc.quiz.generate import model_questions
 from memcalc.quiz.typed import accepted, parse_typed
+from memcalc.spec.presets import preset
+from memcalc.spec.training import TrainingSetup
 from quiz_helpers import ROOT, isolated_state, quiz, reveal
 
 pytestmark = pytest.mark.usefixtures(isolated_state.__name__)
@@ -54,8 +58,38 @@ def test_bank_questions_carry_optional_per_option_feedback():
     q = bank["params-gb-vs-gib"]
     assert q.en.feedback and q.ur.feedback and q.en.feedback[q.correct] == ""
     assert "multiplies" in q.mistake(1, Lang.en) and "ضرب" in q.mistake(1, Lang.ur)
-    without = [x for x in bank.values() if x.en.feedback is None]
-    assert without  # older questions without feedback stay valid
+
+
+def test_every_bank_question_explains_each_wrong_option_in_both_languages():
+    """Issue 26: 53 of 58 bank questions printed no "Your choice" line after a wrong pick."""
+    for q in load_bank():
+        for lang in Lang:
+            feedback = q.text(lang).feedback
+            assert feedback is not None, (q.id, lang)
+            for i, sentence in enumerate(feedback):
+                assert bool(sentence.strip()) == (i != q.correct), (q.id, lang, i)
+
+
+def test_every_bank_concept_has_a_second_question():
+    """Issue 26: a missed bank question came back as itself, reshuffled; every concept of the
+    bank now has another question, which the sibling picks."""
+    from random import Random
+
+    from memcalc.quiz.select import shuffled
+    from memcalc.quiz.siblings import FollowUps
+
+    bank = load_bank()
+    by_concept: dict[str, list[str]] = {}
+    for q in bank:
+        by_concept.setdefault(q.concept, []).append(q.id)
+    assert all(len(ids) >= 2 for ids in by_concept.values()), {
+        c: ids for c, ids in by_concept.items() if len(ids) < 2
+    }
+    follow = FollowUps(bank, lambda _q: None, Random(0))
+    for q in bank:
+        sibling = follow(shuffled(q, "bank", Random(0)), {q.id})
+        assert sibling is not None and sibling.question.id != q.id
+        assert sibling.question.concept == q.concept
 
 
 FEEDBACK = """
@@ -177,6 +211,32 @@ def test_typed_mode_accepts_a_number_within_tolerance_and_shows_the_working():
     assert "  a) " not in out  # no options to pick from
 
 
+def test_typed_mode_diagnoses_every_known_mistake_not_only_the_options_shown():
+    """Issue 26: a typed number that is a known mistake is named, whether or not its option
+    was among the four: weights + gradients + optimizer states for the weights question."""
+    spec, setup, gpu = preset("llama-2-7b"), TrainingSetup(), load_profile("a100-sxm-80gb")
+    q = next(x for x in model_questions(spec, setup, gpu) if x.id == "model-weights")
+    assert q.numeric is not None and len(q.numeric.mistakes) > 3  # more than the 3 shown
+    shown = {o.split()[0] for o in q.en.options}
+    hidden = next(m for m in q.numeric.mistakes if f"{m.value:,.2f}" not in shown)
+    assert all(m.en.strip() and m.ur.strip() for m in q.numeric.mistakes)
+    args = (*MODEL, "--seed", "4", "--count", "1", "--topic", "parameters", "--typed")
+    typed = f"{hidden.value} {q.numeric.unit.value}"
+    out = quiz(*args, input=f"{typed}\n").stdout
+    assert f"Wrong: you typed {typed}." in out
+    assert f"That matches a common mistake, {hidden.value:g} GiB: {hidden.en}" in out
+    # a number that is no known mistake is not diagnosed
+    assert "common mistake" not in quiz(*args, input="1.5 GiB\n").stdout
+
+
+def test_bank_numeric_questions_list_their_mistakes():
+    for q in load_bank():
+        if q.numeric is not None:
+            assert q.numeric.mistakes, q.id
+            for m in q.numeric.mistakes:
+                assert not accepted(m.value, q.numeric), (q.id, m.value)
+
+
 def test_typed_mode_keeps_letters_for_word_questions():
     result = quiz(
         *MODEL, "--seed", "1", "--count", "1", "--topic", "offload", "--typed", input="a\n"
@@ -256,9 +316,10 @@ def test_anki_deck_imports_as_csv():
     assert lines[: len(ANKI_HEADERS)] == list(ANKI_HEADERS)
     rows = list(csv.reader(io.StringIO("\n".join(lines[len(ANKI_HEADERS) :]))))
     rows = [r for r in rows if r]
-    assert len(rows) == 5 and all(len(r) == 3 for r in rows)
+    assert len(rows) == 5 and all(len(r) == 4 for r in rows)
     for row, q in zip(rows, data["questions"], strict=True):
-        front, back, tags = row  # Anki fields are HTML
+        guid, front, back, tags = row  # Anki fields are HTML
+        assert guid.startswith(f"memcalc:{q['id']}")
         assert q["prompt"] in html.unescape(front)
         assert all(o in html.unescape(front) for o in q["options"])
         assert q["explanation"] in html.unescape(back)
@@ -271,8 +332,27 @@ def test_anki_deck_imports_as_csv():
         _parse(front)
         _parse(back)
     ur = quiz(*ARGS, "--reveal", "--format", "anki", "--lang", "ur").stdout
-    urdu_rows = [r for r in csv.reader(io.StringIO(ur.split("\n", 3)[3])) if r]
-    assert all(r[0].startswith('<div dir="rtl" lang="ur">') for r in urdu_rows)
+    urdu_rows = [r for r in csv.reader(io.StringIO(ur.split("\n", 4)[4])) if r]
+    assert all(r[1].startswith('<div dir="rtl" lang="ur">') for r in urdu_rows)
+
+
+def _deck(*args: str) -> dict[str, list[str]]:
+    deck = quiz(*args, "--reveal", "--format", "anki").stdout.split("\n", len(ANKI_HEADERS))
+    return {r[0]: r for r in csv.reader(io.StringIO(deck[-1])) if r}
+
+
+def test_anki_cards_keep_their_id_and_front_across_seeds():
+    """Issue 26: re-exporting with another seed updated nothing and duplicated every note;
+    each card now has a stable GUID (Anki's #guid column) and the same front text."""
+    args = ("--model", "llama-2-7b", "--count", "60", "--source", "mixed")
+    one, two = _deck(*args, "--seed", "1"), _deck(*args, "--seed", "2")
+    common = set(one) & set(two)
+    assert len(common) > 10
+    assert all(one[g][1:] == two[g][1:] for g in common)  # same front, back and tags
+    assert len(set(one)) == len(one)  # ids unique within a deck
+    other = _deck("--model", "gpt2", "--count", "60", "--source", "model", "--seed", "1")
+    model_ids = {g for g in one if g.startswith("memcalc:model-")}
+    assert model_ids and not model_ids & set(other)  # another model's numbers: new cards
 
 
 def test_markdown_study_sheet():
@@ -284,7 +364,7 @@ def test_markdown_study_sheet():
         assert f"- {q['correct']}) " in sheet
     ur = quiz(*ARGS, "--reveal", "--format", "markdown", "--lang", "ur").stdout
     assert ur.startswith('<div dir="rtl" lang="ur">') and ur.rstrip().endswith("</div>")
-    assert "\u200f# " in ur
+    assert "\n# \u200f" in ur and "\u200f# " not in ur  # the mark after the heading's #
 
 
 # --- Ctrl-C and end of input ----------------------------------------------------------------

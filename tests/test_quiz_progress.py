@@ -144,7 +144,7 @@ def test_review_command_asks_what_is_due(tmp_path):
     result = quiz("--review", "--progress", str(path), "--reveal", "--format", "json")
     assert {q["id"] for q in json.loads(result.stdout)["questions"]} == {q["id"] for q in first}
     interactive = quiz("--review", "--progress", str(path), "--count", "1", input="a\n")
-    assert interactive.stdout.startswith("memcalc quiz review: 1 questions due or missed.")
+    assert interactive.stdout.startswith("memcalc quiz review: 1 question due or missed.")
 
 
 def test_review_with_nothing_due(tmp_path):
@@ -251,3 +251,28 @@ def test_save_and_load_round_trip_and_a_corrupt_file(tmp_path):
     with pytest.raises(QuizError, match=r"cannot read the quiz progress file \(malformed JSON"):
         load_progress(path)
     assert path.read_text() == "{not json"
+
+
+def test_review_asks_computed_questions_in_the_numbers_of_the_quiz_it_reviews(tmp_path):
+    """Issue 26: a llama-3-8b quiz is reviewed in llama-3-8b's numbers, though --review runs
+    with the default model (gpt2); a context that no longer loads falls back to the flags'."""
+    path = tmp_path / "p.json"
+    args = ("--model", "llama-3-8b", "--batch", "2", "--source", "model", "--seed", "1")
+    asked = reveal(*args, "--count", "3")["questions"]
+    wrong = ",".join(next(x for x in "abcd" if x != q["correct"]) for q in asked)
+    quiz(*args, "--count", "3", "--answers", wrong, "--progress", str(path))
+    data = json.loads(path.read_text())
+    record = data["questions"][asked[0]["id"]]
+    assert record["context"]["model"] == "llama-3-8b"
+    assert record["context"]["setup"]["batch"] == 2
+    review = quiz("--review", "--progress", str(path), "--reveal", "--format", "json")
+    prompts = {q["id"]: q["prompt"] for q in json.loads(review.stdout)["questions"]}
+    assert set(prompts) == {q["id"] for q in asked}
+    assert all(prompts[q["id"]] == q["prompt"] for q in asked)  # the same numbers
+    assert all("gpt2" not in p for p in prompts.values())
+    record["context"]["model"] = str(tmp_path / "gone.json")  # the model file moved away
+    path.write_text(json.dumps(data))
+    review = quiz("--review", "--progress", str(path), "--reveal", "--format", "json")
+    assert review.exit_code == 0, review.output
+    first = next(q for q in json.loads(review.stdout)["questions"] if q["id"] == asked[0]["id"])
+    assert first["prompt"] != asked[0]["prompt"]  # asked for the current flags instead

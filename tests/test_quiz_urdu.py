@@ -9,10 +9,11 @@ import re
 import pytest
 
 from memcalc.profiles import load_profile
-from memcalc.quiz.bank import LETTERS, Lang, load_bank, load_bank_data
+from memcalc.quiz.bank import LETTERS, URDU_LETTERS, Lang, load_bank, load_bank_data
 from memcalc.quiz.bidi import LRI, PDI, RLM, isolate, rtl_line, segments, strip_marks
 from memcalc.quiz.generate import model_questions
 from memcalc.quiz.messages import MESSAGES
+from memcalc.quiz.session import parse_answer
 from memcalc.quiz.terminal import Screen
 from memcalc.spec.presets import preset
 from memcalc.spec.training import TrainingSetup
@@ -94,7 +95,8 @@ def test_feedback_line_follows_urdu_word_order():
     line = next(
         strip_marks(x) for x in result.stdout.split("\n") if strip_marks(x).startswith("غلط")
     )
-    assert re.fullmatch(r"غلط۔ آپ کا جواب: [ابجد]\) .+۔ درست جواب: [ابجد]\) .+", line), line
+    label = r"\((?:الف|ب|ج|د)\)"
+    assert re.fullmatch(rf"غلط۔ آپ کا جواب: {label} .+۔ درست جواب: {label} .+", line), line
     assert MESSAGES[Lang.ur]["wrong"] == "غلط۔ آپ کا جواب: {choice}۔ درست جواب: {answer}"
 
 
@@ -111,14 +113,29 @@ def test_urdu_letters_and_digits_answer_the_quiz():
 
 
 def test_options_are_lettered_in_urdu():
+    """(الف) (ب) (ج) (د), as Pakistani exam papers label their options; الف (or alif alone,
+    or the label with its brackets) answers the first."""
     result = quiz(*QUIZ, "--lang", "ur", "--reveal", "--count", "1")
     lines = [strip_marks(x).strip() for x in result.stdout.split("\n")]
-    assert [x[:2] for x in lines if x[:2] in ("ا)", "ب)", "ج)", "د)")][:4] == [
-        "ا)",
-        "ب)",
-        "ج)",
-        "د)",
-    ]
+    labels = [x.split(" ")[0] for x in lines if x.startswith("(")][:4]
+    assert labels == ["(الف)", "(ب)", "(ج)", "(د)"]
+    for first in ("الف", "(الف)", "ا"):
+        assert parse_answer(first) == 0
+    assert parse_answer("(ب)") == 1 and parse_answer("د") == 3
+    questions = reveal(*QUIZ, lang="ur")["questions"]
+    typed = [URDU_LETTERS[LETTERS.index(q["correct"])] for q in questions]
+    answered = quiz(*QUIZ, "--lang", "ur", input="".join(f"{t}\n" for t in typed))
+    assert strip_marks(answered.stdout).count("درست! ") == 4
+    assert "الف، ب، ج، د" in strip_marks(answered.stdout)  # the prompt names the letters
+
+
+def test_one_question_is_singular():
+    one = quiz("--lang", "ur", "--reveal", "--count", "1", "--seed", "1")
+    assert "1 سوال جوابات" in strip_marks(one.stdout) and "1 سوالات" not in strip_marks(one.stdout)
+    english = quiz("--reveal", "--count", "1", "--seed", "1")
+    assert "1 question with answers" in english.stdout
+    note = quiz("--source", "model", "--topic", "offload", "--difficulty", "medium", "--reveal")
+    assert "1 questions" not in note.stderr
 
 
 def test_bank_urdu_wording_fixes():
@@ -188,3 +205,106 @@ def test_long_lines_wrap_to_the_terminal_width_without_breaking_words():
     urdu = quiz(*QUIZ, "--reveal", "--lang", "ur", env={"COLUMNS": "60"})
     assert _check_rtl(urdu.stdout) > 0
     assert all(len(strip_marks(x)) <= 60 or " " not in x.strip() for x in urdu.stdout.split("\n"))
+
+
+# --- issue 26: every export and screen keeps its right-to-left layout ------------------------
+
+
+def _commonmark(text: str) -> list:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").parse(text)
+
+
+@pytest.mark.parametrize("lang", ["ur", "en"])
+def test_markdown_sheet_parses_as_headings_and_lists_under_commonmark(lang):
+    """A real CommonMark parser finds one heading per question (and the title) and one list
+    item per option and per wrong option's note; in Urdu each of them still opens with the
+    right-to-left mark, placed after the ``## `` / ``- `` CommonMark must see first."""
+    args = (*QUIZ, "--count", "5", "--reveal", "--format", "markdown", "--lang", lang)
+    result = quiz(*args)
+    assert result.exit_code == 0, result.output
+    data = reveal(*QUIZ, "--count", "5", lang=lang)
+    tokens = _commonmark(result.stdout)
+    headings = [t for t in tokens if t.type == "heading_open"]
+    assert len(headings) == 1 + len(data["questions"])
+    notes = sum(len(q["mistakes"]) for q in data["questions"])
+    items = [t for t in tokens if t.type == "list_item_open"]
+    assert len(items) == 4 * len(data["questions"]) + notes
+    inline = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    inline += [tokens[i + 2].content for i, t in enumerate(tokens) if t.type == "list_item_open"]
+    if lang == "ur":
+        assert all(text.startswith(RLM) for text in inline), [x[:20] for x in inline]
+        for line in result.stdout.split("\n"):
+            assert not re.match(f"^{RLM}(#|- |\\*\\*)", line), line[:30]
+        bold = [t for t in tokens if t.type == "inline" and "strong_open" in str(t.children)]
+        assert len(bold) == len(data["questions"])  # the answer line is still bold
+    else:
+        assert not set(result.stdout) & {RLM, LRI, PDI}
+
+
+def test_stats_in_urdu_mark_every_row_and_cell(tmp_path, capsys):
+    """``--stats --lang ur``: every line a right-to-left paragraph; each cell isolated on its
+    own, so the LoRA and MoE rows (Latin first cells) keep the columns in the order of the
+    others; the path's leading / sits inside its isolate."""
+    from datetime import datetime, timezone
+
+    from memcalc.quiz.progress import Progress, record_answer, save_progress
+
+    qs = model_questions(preset("mixtral-8x7b"), TrainingSetup(), load_profile("h100-sxm-80gb"))
+    progress, now = Progress(), datetime.now(timezone.utc)
+    for q in qs:
+        if q.topic.value in ("lora", "moe", "recompute"):
+            progress = record_answer(progress, q, True, "a", now)
+    path = tmp_path / "quiz.json"
+    save_progress(path, progress)
+    code, out, _ = cli(capsys, "quiz", "--stats", "--lang", "ur", "--progress", str(path))
+    assert code == 0
+    lines = [x for x in out.split("\n") if x.strip()]
+    table = [x for x in lines if not re.fullmatch(r"[- ]+", x)]
+    assert all(x.startswith(RLM) for x in table), [x[:10] for x in table if x[:1] != RLM]
+    for line in table:
+        outside = _outside_isolates(line)
+        assert not re.search("[A-Za-z0-9]", outside), repr(outside[:60])
+        for run in re.findall(f"{LRI}(.*?){PDI}", line):
+            assert "  " not in run, run  # never one isolate across two cells
+    lora = next(x for x in table if "LoRA" in x)
+    assert lora.startswith(f"{RLM}{LRI}LoRA{PDI} ")
+    assert f"{LRI}{path}{PDI}" in out  # "/tmp/..." keeps its leading slash
+    header = next(x for x in table if "موضوع" in x)
+    assert "سیکھ لیے" in header and "پختہ" not in header
+    english = cli(capsys, "quiz", "--stats", "--progress", str(path))[1]
+    assert not set(english) & {RLM, LRI, PDI}
+
+
+def test_paths_and_abbreviations_keep_their_punctuation_inside_the_isolate():
+    assert isolate("فائل /tmp/x/quiz.json میں") == f"فائل {LRI}/tmp/x/quiz.json{PDI} میں"
+    assert isolate("فائل ~/quiz.json میں") == f"فائل {LRI}~/quiz.json{PDI} میں"
+    assert isolate("$XDG_STATE_HOME/memcalc میں") == f"{LRI}$XDG_STATE_HOME/memcalc{PDI} میں"
+    assert isolate("Chen et al. کا sqrt(N)") == f"{LRI}Chen et al.{PDI} کا {LRI}sqrt(N){PDI}"
+    assert isolate("(Dettmers et al.، bitsandbytes)") == (
+        f"({LRI}Dettmers et al.{PDI}، {LRI}bitsandbytes{PDI})"
+    )
+    assert isolate("یہ GPU ہے۔") == f"یہ {LRI}GPU{PDI} ہے۔"  # a sentence's full stop stays out
+    assert isolate("ری کمپیوٹ / آف لوڈ") == "ری کمپیوٹ / آف لوڈ"
+
+
+UNIT_AT_START = re.compile(r"^(?:GiB|MiB|KiB|GB|MB|bytes|بائٹس|ms|s|TFLOP|GFLOP)\b")
+
+
+@pytest.mark.parametrize("lang", ["en", "ur"])
+def test_wrapping_at_50_columns_never_splits_a_number_from_its_unit(lang):
+    args = ("--model", "llama-2-7b", "--seed", "3", "--count", "40", "--source", "model")
+    plain = quiz(*args, "--reveal", "--lang", lang)
+    wrapped = quiz(*args, "--reveal", "--lang", lang, env={"COLUMNS": "50"})
+    assert strip_marks(wrapped.stdout).split() == strip_marks(plain.stdout).split()
+    lines = [strip_marks(x).strip() for x in wrapped.stdout.split("\n")]
+    splits = [
+        (a[-12:], b[:8])
+        for a, b in zip(lines, lines[1:], strict=False)
+        if re.search(r"\d$", a) and UNIT_AT_START.match(b)
+    ]
+    assert not splits
+    # the issue's example, at the width it broke at
+    line = "  b) 720.53 MiB of activations, kept for the backward of every block"
+    assert [x.endswith("720.53") for x in Screen(Lang.en, 15).lines(line)].count(True) == 0

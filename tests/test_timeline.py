@@ -13,7 +13,7 @@ from memcalc.spec.model import ModelSpec
 from memcalc.spec.presets import preset
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.recompute import Recompute
-from memcalc.timeline import Mode, _coarse
+from memcalc.timeline import _coarse
 
 MiB = 1 << 20
 GPU = load_profile("h100-sxm-80gb")
@@ -62,8 +62,8 @@ def test_selective_walk_rebuilds_the_core_only_for_its_own_backward():
     as without recompute."""
     blk = _block()
     assert blk.core_only_bytes == 5 * MiB
-    kept = {st.name: st.held for st in _coarse(blk, Mode.kept)}
-    rebuilt = {st.name: st.held for st in _coarse(blk, Mode.selective)}
+    kept = {st.name: st.held for st in _coarse(blk, Recompute.none)}
+    rebuilt = {st.name: st.held for st in _coarse(blk, Recompute.selective)}
     core = [op.name for op in blk.ops if op.attention_core]
     first, last = _op(blk, core[0]), _op(blk, core[-1])
     for j, op in enumerate(blk.ops):

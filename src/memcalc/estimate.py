@@ -14,7 +14,6 @@ from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
-from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.steptime import StepTime, rank_forward_flops, runtime_of, step_of
 from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
@@ -24,10 +23,12 @@ from memcalc.strategies.options import DEFAULT_MFU as DEFAULT_MFU
 from memcalc.strategies.options import MIN_MFU as MIN_MFU
 from memcalc.strategies.options import NO_STRATEGY, Options
 from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
-from memcalc.strategies.placement import gpu_activation_bytes, place
+from memcalc.strategies.placement import Placement, gpu_activation_bytes, place
 from memcalc.strategies.recompute import ActivationPlan, plan_for
+from memcalc.strategies.residency import Residency, compose
+from memcalc.strategies.residency.compose import pipeline_retention, tensor_parallel_extras
 from memcalc.strategies.sharding import Sharding
-from memcalc.timeline import Moment, Timeline, step_timeline
+from memcalc.timeline import Moment, RankState, Timeline, gradient_totals, step_timeline
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ def estimate(
                 notes=notes,
                 stage=st,
                 device=device,
-                embedding_grad_extra=_replicated_embedding_grad(spec, st, par),
+                embedding=(spec.vocab_size, spec.hidden_size) if st.is_first else None,
             )
         results.append(done[key])
     worst = max(results, key=lambda b: b.peak_bytes)
@@ -303,19 +304,139 @@ def estimate_graph(
     notes: tuple[str, ...] = (),
     stage: Stage | None = None,
     device: str = "cuda",
-    embedding_grad_extra: int = 0,
+    embedding: tuple[int, int] | None = None,
 ) -> Breakdown:
     """The Breakdown of one training step of any op graph (lowered or traced) with its
     parameter tensors' counts, on one rank of ``stage`` (the whole model without pipeline
-    parallelism). ``embedding_grad_extra``: gradient elements beyond the parameters' (DTensor
-    tensor parallelism: the vocab-parallel embedding's gradient is the full V x h table)."""
+    parallelism). ``embedding``: the (V, h) embedding table whose rows this rank holds (for
+    DTensor tensor parallelism, whose embedding gradient is the full table)."""
     par = setup.parallel
     if stage is None:
         k, later = in_flight(0, par)
         stage = Stage(0, 0, graph, k, later, True, True)
     opt = optimizer_bytes(setup, counts, device)
     plan = _plan(graph, options)
-    assumptions = [
+    sharding = Sharding(par.shard_ranks, par.zero, par.expert_shard_ranks)
+    extras = tensor_parallel_extras(setup, graph, embedding)
+    extra_grad_bytes = extras.embedding_grad_numel * setup.gradient_dtype.itemsize
+    gpu_acts = gpu_activation_bytes(
+        plan.stored_bytes,
+        graph.prologue_saved_bytes + graph.epilogue_saved_bytes,
+        any(o.what is OffloadWhat.activations for o in options.offload),
+    )
+    placed = place(
+        counts,
+        setup,
+        opt,
+        sharding,
+        options.offload,
+        gpu,
+        stored_activation_bytes=plan.stored_bytes,
+        kept_activation_bytes=gpu_acts,
+        in_flight=stage.in_flight,
+        microbatches=par.microbatches,
+        extra_grad_bytes=extra_grad_bytes,
+    )
+    totals = gradient_totals(graph, counts, setup.gradient_dtype.itemsize, extra_grad_bytes)
+    rank = compose(
+        graph,
+        setup,
+        counts,
+        sharding,
+        totals,
+        pipeline=pipeline_retention(graph, setup, stage),
+        tensor_parallel=extras,
+        grads_resident=placed.grads_resident,
+        grads_cap=placed.gpu_gradient_bytes,
+    )
+    state = RankState(
+        placed.gpu_parameter_bytes,
+        placed.gpu_optimizer_bytes,
+        gpu_acts,
+        placed.step_temporary_bytes,
+        placed.activations_offloaded,
+        None if placed.grads_resident else placed.gpu_gradient_bytes,
+    )
+    timeline = step_timeline(
+        graph,
+        plan,
+        setup,
+        counts,
+        state,
+        rank,
+        others_first=(stage.in_flight - 1) * gpu_acts,
+        others_later=(
+            max(stage.in_flight_later - 1, 0) * gpu_acts if par.microbatches > 1 else None
+        ),
+        first_layer=stage.first_layer,
+    )
+    runtime = options.runtime or runtime_of(setup)
+    shape = step_shape(graph, counts, setup, plan)
+    transfers = tuple(step_transfers(par, shape, links_of(gpu), runtime.overlaps))
+    time = step_of(
+        graph,
+        plan,
+        gpu,
+        runtime,
+        microbatches=par.microbatches,
+        pp=par.pp,
+        vpp=par.vpp,
+        cp=par.cp,
+        transfers=transfers,
+        placed=placed,
+        flat_flops_per_s=flat_rate(gpu, setup, options.mfu),
+    )
+    comp = {c.value: plan.stored_by_component.get(c, 0) for c in Component}
+    if gpu_acts != plan.stored_bytes:
+        comp = {k: 0 for k in comp} | {"output": gpu_acts}
+    return Breakdown(
+        model_name=model_name,
+        setup=setup,
+        gpu=gpu,
+        options=options,
+        strategy=options.label,
+        params=counts,
+        parameter_bytes=placed.gpu_parameter_bytes,
+        gradient_bytes=placed.gpu_gradient_bytes,
+        optimizer_bytes=placed.gpu_optimizer_bytes,
+        activation_bytes=gpu_acts * stage.in_flight,
+        activation_by_component={k: v * stage.in_flight for k, v in comp.items()},
+        overhead_bytes=gpu.runtime_overhead_bytes,
+        peak=timeline.peak,
+        timeline=timeline,
+        host_bytes=placed.host_bytes,
+        nvme_bytes=placed.nvme_bytes,
+        moved_bytes_per_step=placed.host_link_bytes + placed.nvme_link_bytes,
+        transfer_seconds=placed.host_link_bytes / gpu.host_link_bytes_per_s
+        + (placed.nvme_link_bytes / gpu.nvme_bytes_per_s if placed.nvme_link_bytes else 0.0),
+        forward_flops=rank_forward_flops(graph, par.cp),
+        extra_forward_flops=plan.extra_forward_flops,
+        # one micro-batch's kernels (forward, backward, recompute)
+        step_seconds=(time.compute_seconds + time.recompute_seconds) / par.microbatches,
+        activation_plan=plan,
+        optimizer_detail=opt,
+        assumptions=_assumptions(setup, gpu, options, notes, opt, counts, sharding, placed, rank),
+        buffer_bytes=rank.buffer_bytes,
+        stage=stage.label if par.pp > 1 else "",
+        transfers=transfers,
+        time=time,
+    )
+
+
+def _assumptions(
+    setup: TrainingSetup,
+    gpu: GpuProfile,
+    options: Options,
+    notes: tuple[str, ...],
+    opt: OptimizerBytes,
+    counts: ParamCounts,
+    sharding: Sharding,
+    placed: Placement,
+    rank: Residency,
+) -> tuple[str, ...]:
+    """Every assumption that changes a number, as the report states it."""
+    par = setup.parallel
+    out = [
         f"precision {setup.precision.value}: weights {setup.weight_dtype.value}, gradients "
         f"{setup.gradient_dtype.value}, optimizer states {setup.optimizer_dtype.value}"
         + (", fp32 master weights" if setup.precision.is_mixed else "")
@@ -336,155 +457,22 @@ def estimate_graph(
         "adds b*s*V of the activation dtype",
     ]
     if setup.optimizer_foreach and opt.step_temporary_bytes:
-        assumptions.append("foreach optimizer step: temporaries the size of all parameters")
+        out.append("foreach optimizer step: temporaries the size of all parameters")
     if opt.step_tensor_bytes and not opt.step_on_device:
-        assumptions.append(
+        out.append(
             f"optimizer step counters ({opt.step_tensor_bytes} bytes) on the host: torch keeps "
             "them on the GPU only for fused or capturable Adam"
         )
-
-    sharding = Sharding(par.shard_ranks, par.zero, par.expert_shard_ranks)
-    assumptions.append(sharding.describe())
+    out.append(sharding.describe())
     if par.world_size > par.dp:
-        assumptions.append(f"layout: {par.describe()}")
-    gpu_acts = gpu_activation_bytes(
-        plan.stored_bytes,
-        graph.prologue_saved_bytes + graph.epilogue_saved_bytes,
-        any(o.what is OffloadWhat.activations for o in options.offload),
-    )
-    placed = place(
-        counts,
-        setup,
-        opt,
-        sharding,
-        options.offload,
-        gpu,
-        stored_activation_bytes=plan.stored_bytes,
-        kept_activation_bytes=gpu_acts,
-        in_flight=stage.in_flight,
-        microbatches=par.microbatches,
-        extra_grad_bytes=embedding_grad_extra * setup.gradient_dtype.itemsize,
-    )
+        out.append(f"layout: {par.describe()}")
     if setup.lora is not None:
-        assumptions.append(_lora_note(setup, counts))
-    assumptions.extend(placed.notes)
-    gpu_params = placed.gpu_parameter_bytes
-    gpu_grads = placed.gpu_gradient_bytes
-    gpu_opt = placed.gpu_optimizer_bytes
-    step_temp = placed.step_temporary_bytes
-
-    buffers = 0
-    ddp = par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed
-    if ddp and not par.bucket_view:
-        buffers = counts.grad_bytes(setup.gradient_dtype.itemsize)
-        assumptions.append(
-            "DDP: gradient buckets hold a copy of every gradient (gradient_as_bucket_view=False, "
-            "the torch default; --bucket-view removes it)"
-        )
-    elif ddp:
-        assumptions.append(
-            "DDP gradient_as_bucket_view: the gradients are views of the buckets, allocated "
-            "when DDP is built, so they take their bytes for the whole step"
-        )
-    pipe = _torch_pipeline(graph, setup, stage)
-    if pipe.buffer_bytes:
-        buffers += pipe.buffer_bytes
-        assumptions.append(
-            f"torch.distributed.pipelining: {pipe.buffer_bytes} bytes of receive buffers (one "
-            "per micro-batch, kept across steps); each in-flight micro-batch's output is kept "
-            "until its backward"
-        )
-    if par.dtensor_tp:
-        assumptions.append(
-            "DTensor tensor parallelism: the vocab-parallel embedding's gradient is the full "
-            "V x h table on every rank (DTensor's embedding backward returns it replicated); "
-            "sequence-parallel projections save their all-gathered input; loss_parallel keeps "
-            "one more b*s*V/t fp32 tensor"
-        )
+        out.append(_lora_note(setup, counts))
+    out.extend(placed.notes)
+    out.extend(rank.notes)
     if par.microbatches > 1:
-        assumptions.append(
-            f"{par.microbatches} micro-batches per step: gradients accumulate across them"
-        )
-    timeline = step_timeline(
-        graph,
-        plan,
-        setup,
-        counts,
-        params_bytes=gpu_params,
-        grads_bytes=gpu_grads,
-        optimizer_bytes=gpu_opt,
-        stored_activation_bytes=gpu_acts,
-        step_temporary_bytes=step_temp,
-        grads_resident=placed.grads_resident,
-        activations_offloaded=placed.activations_offloaded,
-        sharding=sharding,
-        others_first=(stage.in_flight - 1) * gpu_acts,
-        others_later=(
-            max(stage.in_flight_later - 1, 0) * gpu_acts if par.microbatches > 1 else None
-        ),
-        buffer_bytes=buffers,
-        reshard=par.fsdp_reshard,
-        first_layer=stage.first_layer,
-        extra_grad_bytes=embedding_grad_extra * setup.gradient_dtype.itemsize,
-        grads_preallocated=ddp and par.bucket_view,
-        pipeline_first=pipe.first,
-        pipeline_later=pipe.later,
-        grad_received=pipe.grad_received,
-    )
-    peak = timeline.peak
-    comp = {c.value: plan.stored_by_component.get(c, 0) for c in Component}
-    if gpu_acts != plan.stored_bytes:
-        comp = {k: 0 for k in comp} | {"output": gpu_acts}
-    runtime = options.runtime or runtime_of(setup)
-    transfers = tuple(
-        step_transfers(par, step_shape(graph, counts, setup, plan), links_of(gpu), runtime.overlaps)
-    )
-    time = step_of(
-        graph,
-        plan,
-        gpu,
-        runtime,
-        microbatches=par.microbatches,
-        pp=par.pp,
-        vpp=par.vpp,
-        cp=par.cp,
-        transfers=transfers,
-        placed=placed,
-        mfu=options.mfu,
-    )
-    # one micro-batch's forward + backward kernels and its recompute (no communication)
-    step_seconds = (time.compute_seconds + time.recompute_seconds) / par.microbatches
-    return Breakdown(
-        model_name=model_name,
-        setup=setup,
-        gpu=gpu,
-        options=options,
-        strategy=options.label,
-        params=counts,
-        parameter_bytes=gpu_params,
-        gradient_bytes=gpu_grads,
-        optimizer_bytes=gpu_opt,
-        activation_bytes=gpu_acts * stage.in_flight,
-        activation_by_component={k: v * stage.in_flight for k, v in comp.items()},
-        overhead_bytes=gpu.runtime_overhead_bytes,
-        peak=peak,
-        timeline=timeline,
-        host_bytes=placed.host_bytes,
-        nvme_bytes=placed.nvme_bytes,
-        moved_bytes_per_step=placed.host_link_bytes + placed.nvme_link_bytes,
-        transfer_seconds=placed.host_link_bytes / gpu.host_link_bytes_per_s
-        + (placed.nvme_link_bytes / gpu.nvme_bytes_per_s if placed.nvme_link_bytes else 0.0),
-        forward_flops=rank_forward_flops(graph, par.cp),
-        extra_forward_flops=plan.extra_forward_flops,
-        step_seconds=step_seconds,
-        activation_plan=plan,
-        optimizer_detail=opt,
-        assumptions=tuple(assumptions),
-        buffer_bytes=buffers,
-        stage=stage.label if par.pp > 1 else "",
-        transfers=transfers,
-        time=time,
-    )
+        out.append(f"{par.microbatches} micro-batches per step: gradients accumulate across them")
+    return tuple(out)
 
 
 _PLANS: dict[tuple[object, ...], tuple[OpGraph, ActivationPlan]] = {}
@@ -526,57 +514,10 @@ def _lora_note(setup: TrainingSetup, counts: ParamCounts) -> str:
     return "; ".join(parts)
 
 
-@dataclass(frozen=True)
-class _Pipeline:
-    """What ``torch.distributed.pipelining`` keeps on a stage beyond its activations."""
-
-    buffer_bytes: int = 0
-    """Receive buffers, one per micro-batch, kept across steps (``args_recv_info`` for the
-    stage's input, ``grad_recv_info`` for its output's gradient)."""
-    first: tuple[int, int] = (0, 0)
-    """At the first backward: (outputs of the in-flight micro-batches, kept in the stage's
-    ``fwd_cache`` until their backward; saved inputs that are receive buffers)."""
-    later: tuple[int, int] = (0, 0)
-    """The same at a later backward, where the previous micro-batch's input gradient is still
-    held by its pending send (the schedule waits on sends at its next action)."""
-    grad_received: bool = False
-    """The gradient entering the stage's last layer is a receive buffer (not the last stage)."""
-
-
-def _torch_pipeline(graph: OpGraph, setup: TrainingSetup, stage: Stage) -> _Pipeline:
-    """The receive buffers and kept outputs of a ``PipelineStage`` under ``Schedule1F1B``
-    (``torch/distributed/pipelining/stage.py``): a stage receives each micro-batch's input into
-    its own buffer (made once, reused every step), and its output's gradient likewise; it keeps
-    every in-flight micro-batch's output (the logits on the last stage) until that
-    micro-batch's backward. When the first layer saves its input, that saved tensor is the
-    receive buffer (counted once)."""
-    par = setup.parallel
-    if not par.torch_pipeline or not graph.num_layers:
-        return _Pipeline()
-    m = par.microbatches
-    stream = graph.block(0).input.nbytes  # the residual stream between stages
-    first_block = graph.kinds[graph.layout.kind_at(0)]
-    saves_input = any(
-        saved.name == first_block.input.name for op in first_block.ops for saved in op.saves
-    )
-    buffers = (0 if stage.is_first else m * stream) + (0 if stage.is_last else m * stream)
-    output = graph.logits.nbytes if stage.is_last and graph.logits else stream
-    aliased = stream if saves_input and not stage.is_first else 0
-    first = (stage.in_flight * output, stage.in_flight * aliased)
-    pending_send = 0 if stage.is_first else stream
-    later = (stage.in_flight_later * output + pending_send, stage.in_flight_later * aliased)
-    return _Pipeline(buffers, first, later, grad_received=not stage.is_last)
-
-
-def _replicated_embedding_grad(spec: ModelSpec, stage: Stage, par: Parallelism) -> int:
-    """Gradient elements the vocab-parallel embedding adds beyond its V/t x h rows under
-    DTensor: ``embedding_dense_backward`` has no vocab-sharded strategy
-    (``torch/distributed/tensor/_ops/_embedding_ops.py``), so the gradient is computed and kept
-    replicated, V x h, on every tensor-parallel rank (measured: ``memcalc measure --tp``)."""
-    if not (par.dtensor_tp and stage.is_first):
-        return 0
-    local = -(-spec.vocab_size // par.tp)
-    return (spec.vocab_size - local) * spec.hidden_size
+def flat_rate(gpu: GpuProfile, setup: TrainingSetup, mfu: float | None) -> float | None:
+    """``--mfu``'s rate: that fraction of the dense peak in the activation dtype (None: the
+    kernel model)."""
+    return None if mfu is None else gpu.matmul_flops_per_s(setup.activation_dtype) * mfu
 
 
 def step_shape(

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
-from memcalc.graph.layout import Layout
+from memcalc.graph.layout import LayerLayout
 from memcalc.graph.ops import Block, Component, OpGraph
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
-from memcalc.strategies.recompute import ActivationPlan, Segments
-from memcalc.strategies.sharding import NO_SHARDING, Sharding
+from memcalc.strategies.recompute import ActivationPlan, Recompute, Segments
+from memcalc.strategies.residency import GradientTotals, Residency
 
 
 @dataclass(frozen=True)
@@ -49,19 +48,6 @@ class Moment:
         )
 
 
-class Mode(str, Enum):
-    """What a layer's backward starts from (the recompute choice it makes)."""
-
-    kept = "kept"
-    """Every saved tensor kept from the forward (no recompute, or a layer of an every-k
-    segment below its last, whose tensors the segment's recompute has rebuilt already)."""
-    selective = "selective"
-    """The attention core rebuilt when its backward needs it (a checkpoint around it)."""
-    full = "full"
-    """The whole layer rebuilt at the first unpack (the last layer of a checkpointed
-    segment): ``torch/utils/checkpoint.py``, non-reentrant ``_checkpoint_hook.unpack_hook``."""
-
-
 @dataclass(frozen=True)
 class _Step:
     """One moment of a layer's backward."""
@@ -85,7 +71,7 @@ class _Walk:
     steps: tuple[_Step, ...]
 
     @classmethod
-    def of(cls, blk: Block, mode: Mode) -> _Walk:
+    def of(cls, blk: Block, mode: Recompute) -> _Walk:
         return cls(_undominated(_coarse(blk, mode)))
 
 
@@ -104,7 +90,7 @@ def _undominated(steps: list[_Step]) -> tuple[_Step, ...]:
     return tuple(reversed(out))
 
 
-def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
+def _coarse(blk: Block, mode: Recompute = Recompute.none) -> list[_Step]:
     """A block without dataflow: each op holds its ``grad_bytes`` beside the residual
     stream's gradient, and the saved tensors of the ops before it (a storage is freed with the
     backward of the first op that saved it: ``Node::release_variables`` after it has run).
@@ -131,7 +117,7 @@ def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
                 total += saved.nbytes
         held_after.append(total)
     core = [j for j, op in enumerate(blk.ops) if op.attention_core]
-    rebuilt = blk.core_only_names if mode is Mode.selective and core else set()
+    rebuilt = blk.core_only_names if mode is Recompute.selective and core else set()
     inputs = sum(t.nbytes for t in blk.core_inputs if t.name not in seen) if rebuilt else 0
     kept_copy = (
         sum(
@@ -152,15 +138,15 @@ def _coarse(blk: Block, mode: Mode = Mode.kept) -> list[_Step]:
         elif rebuilt and j >= core[0]:
             held += inputs + kept_copy
         written += op.params  # this op's backward writes its weight gradients
-        grads = op.grad_bytes - (op.recompute_freed if mode is Mode.full else 0)
+        grads = op.grad_bytes - (op.recompute_freed if mode is Recompute.full else 0)
         steps.append(_Step(held, op.name, grads + residual, written, residual))
     return steps
 
 
-_WALKS: dict[tuple[int, Mode], tuple[Block, _Walk]] = {}
+_WALKS: dict[tuple[int, Recompute], tuple[Block, _Walk]] = {}
 
 
-def _walk(blk: Block, mode: Mode = Mode.kept) -> _Walk:
+def _walk(blk: Block, mode: Recompute = Recompute.none) -> _Walk:
     """The block's walk, computed once per block object and mode (the planner re-estimates
     one lowered graph many times)."""
     hit = _WALKS.get((id(blk), mode))
@@ -219,30 +205,31 @@ class Timeline:
         return (*out, self.step)
 
 
+@dataclass(frozen=True)
+class RankState:
+    """The bytes a rank's placement leaves on the GPU (``strategies/placement.py``)."""
+
+    params_bytes: int
+    optimizer_bytes: int
+    stored_activation_bytes: int
+    """One micro-batch's stored activations on the GPU."""
+    step_temporary_bytes: int
+    activations_offloaded: bool = False
+    grads_cap: int | None = None
+    """Gradient bytes the GPU holds at most (params=cpu), or None: every gradient stays."""
+
+
 def step_timeline(
     graph: OpGraph,
     plan: ActivationPlan,
     setup: TrainingSetup,
     counts: ParamCounts,
+    state: RankState,
+    rank: Residency,
     *,
-    params_bytes: int,
-    grads_bytes: int,
-    optimizer_bytes: int,
-    stored_activation_bytes: int,
-    step_temporary_bytes: int,
-    grads_resident: bool = True,
-    activations_offloaded: bool = False,
-    sharding: Sharding = NO_SHARDING,
     others_first: int = 0,
     others_later: int | None = None,
-    buffer_bytes: int = 0,
-    reshard: bool = True,
     first_layer: int = 0,
-    extra_grad_bytes: int = 0,
-    grads_preallocated: bool = False,
-    pipeline_first: tuple[int, int] = (0, 0),
-    pipeline_later: tuple[int, int] = (0, 0),
-    grad_received: bool = False,
 ) -> Timeline:
     """Moments of one step (after ``zero_grad(set_to_none=True)``: no gradients at the start).
 
@@ -260,228 +247,23 @@ def step_timeline(
     the first micro-batch's backward (pipeline 1F1B); with gradient accumulation, a later
     micro-batch's backward (``others_later`` held) runs with every gradient already written.
     ``first_layer`` numbers the layers of a pipeline stage as the whole model does.
-    ``buffer_bytes`` (DDP's gradient buckets) are on the GPU throughout;
-    ``grads_preallocated`` (DDP ``gradient_as_bucket_view``: the gradients are views of the
-    buckets, allocated when DDP is built) puts every gradient there from the start.
-    ``extra_grad_bytes``: gradient bytes beyond the parameters' own, written with the
-    embedding's (DTensor's replicated vocab-parallel embedding gradient).
-
-    ZeRO-3 is FSDP2 (``torch/distributed/fsdp/_fully_shard``, one group per block and the root
-    group of everything else, as ``fully_shard`` per block then on the model wraps it): the
-    root's parameters (embedding, final norm, head) stay gathered from the forward until the
-    end of backward (torch's default for the root, ``reshard_after_forward=None``), and so do
-    their gradients, reduce-scattered by the root's post-backward after the embedding's; a
-    block's gradients are full only until its own post-backward reduce-scatters them, so
-    during its backward only those written so far are full -- beside the input of the last
-    reduce-scatter (the block above's full gradients, flat), which FSDP2 keeps until the next
-    one (``reduce_scatter_max_input_buffers`` = 1, ``FSDPParamGroup.post_backward``). Forward
-    keeps the last block's all-gather result until the root's post-forward
-    (``FSDPParamGroup.wait_for_unshard`` frees a forward result after the next copy-out), so it
-    is alive at the loss; backward prefetches the next block's all-gather
-    (``_backward_prefetch``) while a block runs -- from the loss for the last block, none below
-    block 0. ``reshard`` False (``reshard_after_forward=False``) keeps every layer's gathered
-    weights from its forward until its backward, and nothing is prefetched.
-    ``pipeline_first`` / ``pipeline_later`` (``torch.distributed.pipelining``, per pass):
-    (bytes of the in-flight micro-batches' outputs the stage keeps until their backward --
-    held through the backward moments --, bytes of their saved inputs that are the stage's
-    receive buffers, already in ``buffer_bytes``); ``grad_received``: the gradient that enters
-    the stage's last layer is the stage's receive buffer (in ``buffer_bytes``).
-    Tensor parallelism through DTensor: ``loss_parallel``'s log-softmax
-    (``torch/distributed/tensor/parallel/loss.py`` ``_log_softmax``) holds ``x - max`` beside
-    its input and output, and its backward one more b*s*V/t fp32 tensor.
+    What each parallel mechanism holds -- gradients as they are written, gathered weights,
+    buffers, the pipeline's kept outputs, tensor parallelism's extras -- ``rank`` says
+    (``strategies/residency/``); this walk only asks it at each moment.
     """
-    T = setup.tokens
-    V = graph.logits.numel // T if graph.logits else 0
-    p = setup.activation_dtype
-    g = setup.gradient_dtype.itemsize
-    P, OPT = params_bytes + buffer_bytes, optimizer_bytes
-    outside = graph.prologue_saved_bytes
-    n = graph.num_layers
-    layout = graph.layout
-    # Backward starts at the LM head: its weight gradient (for a tied head, held in the
-    # embedding's autograd input buffer until the embedding's own gradient arrives) and the
-    # final norm's; then each block adds its projections' and its two norms' gradients.
-    embedding_trains = any(w.trainable for op in graph.prologue for w in op.weights)
-    tied = counts.head == 0 and embedding_trains
-    head_grads = sum(w.grad_bytes(g) for op in graph.epilogue for w in op.weights) + (
-        counts.lm_head_numel * g if tied else 0
-    )
-    block_grads = tuple(b.grad_bytes(g) for b in graph.kinds)
-    all_block_grads = layout.total(block_grads)
-    full_grads = counts.grad_bytes(g) + extra_grad_bytes
-    block_params = tuple(b.param_numel for b in graph.kinds)
-    fsdp = sharding.shards_parameters
-    root_numel = counts.total - layout.total(block_params)  # FSDP2's root group
-    last_block = block_params[layout.kind_at(n - 1)] if n else 0
-
-    w = setup.weight_dtype.itemsize
-
-    def grads(value: int, bucket: int) -> int:
-        """Gradient bytes on this GPU when ``value`` bytes of full gradients exist (``bucket``:
-        the current block's full gradients, awaiting their reduce-scatter)."""
-        if not grads_resident:
-            return min(value, grads_bytes)
-        if grads_preallocated:
-            return full_grads
-        if sharding.shards_gradients:
-            return sharding.share(value, 2) + bucket
-        return value
-
-    def fsdp_grads(reduced: int, unreduced: int) -> int:
-        """FSDP2: the blocks already reduce-scattered (``reduced``) are shards; the root's
-        gradients and the current block's written so far (``unreduced``) are full."""
-        if not grads_resident:
-            return min(reduced + unreduced, grads_bytes)
-        return sharding.share(reduced, 2) + unreduced
-
-    def gathered(numel: int) -> int:
-        """ZeRO-3 / FSDP2: full weights all-gathered for the parts that are unsharded now (the
-        root group's always, from the forward to the end of backward)."""
-        return (root_numel + numel) * w if fsdp else 0
-
-    # torch.autocast caches the 16-bit weight casts until the autocast region ends (after the
-    # loss): for recomputed blocks nothing else holds them, so they peak with the loss.
-    weight_cache = sum(
-        c * blk.weight_cast_bytes
-        for blk, c in zip(graph.kinds, plan.fully_recomputed, strict=False)
-    )
-
-    def walk_at(i: int) -> _Walk:
-        return _walk(graph.block(i), layer_mode(plan, i))
-
-    epilogue = graph.epilogue_saved_bytes
-    has_loss = setup.loss is Loss.standard and graph.logits is not None
-
-    # without resharding, the layers not yet through their backward stay gathered
-    def unsharded_below(i: int) -> int:
-        """Parameters of layers 0..i-1, still gathered without resharding (else none)."""
-        return 0 if reshard else layout.prefix_sum(block_params, i)
-
-    # loss_parallel keeps one more b*s*V/t fp32 tensor in its log-softmax and its backward
-    shifted = T * V * 4 if setup.parallel.dtensor_tp else 0
-
-    def make_pass(
-        label: str, others: int, accumulated: bool, pipeline: tuple[int, int]
-    ) -> tuple[Pass, set[int]]:
-        kept_outputs, aliased = pipeline
-        others -= aliased  # saved inputs that are receive buffers: counted with the buffers
-        acts = stored_activation_bytes + others
-        head: list[Moment] = []
-        loss_grads = grads(full_grads, 0) if accumulated or grads_preallocated else 0
-        if has_loss:
-            logits = graph.logits.nbytes + (T * V * 4 if p is not DType.fp32 else 0) + weight_cache  # type: ignore[union-attr]
-            # FSDP2: the last block's all-gather result, kept until the root's post-forward
-            # and prefetched again by the root's pre-backward (not needed without
-            # resharding: every block is still gathered)
-            head_p = P + gathered(last_block + unsharded_below(n))
-            back_p = P + gathered((last_block if reshard else 0) + unsharded_below(n))
-            head.append(
-                Moment(
-                    "forward",
-                    f"{label}loss: log_softmax",
-                    head_p,
-                    loss_grads,
-                    OPT,
-                    acts,
-                    logits + shifted,
-                )
-            )
-            head.append(
-                Moment(
-                    "backward",
-                    f"{label}loss: _log_softmax_backward_data",
-                    back_p,
-                    loss_grads,
-                    OPT,
-                    acts,
-                    2 * T * V * 4 + shifted + kept_outputs,
-                )
-            )
-
-        def before(i: int) -> int:
-            """Gradient bytes written before layer ``i``'s backward: all of them after an
-            earlier micro-batch, else the head's and the later layers'."""
-            if accumulated:
-                return full_grads
-            return head_grads + all_block_grads - layout.prefix_sum(block_grads, i + 1)
-
-        def below(i: int) -> int:
-            if activations_offloaded:
-                return outside + (epilogue if i == n - 1 else 0) + others
-            return outside + plan.held_below(i) + others
-
-        def block_moment(i: int) -> Moment:
-            kind = layout.kind_at(i)
-            pbg, done = block_grads[kind], before(i)
-            best = (0, "", 0, 0)
-            # FSDP2 keeps the last reduce-scatter's input -- the block above's full gradients
-            # -- until this block's post-backward (reduce_scatter_max_input_buffers = 1)
-            pending = block_grads[layout.kind_at(i + 1)] if fsdp and i + 1 < n else 0
-            # the gradient entering the stage's last layer is its receive buffer (counted)
-            received = grad_received and i == n - 1
-            for st in walk_at(i).steps:
-                if fsdp and not accumulated:
-                    unreduced = head_grads + min(st.written * g, pbg) + pending
-                    gr = fsdp_grads(done - head_grads, unreduced)
-                else:
-                    value = done if accumulated else done + min(st.written * g, pbg)
-                    gr = grads(value, pbg)
-                transient = st.transient - (st.incoming if received else 0)
-                if st.held + transient + gr > best[0] + best[2] + best[3]:
-                    best = (st.held, st.name, transient, gr)
-            held, name, transient, on_gpu = best
-            # this block, and the next one's all-gather prefetched (none below block 0)
-            numel = block_params[kind] + (block_params[layout.kind_at(i - 1)] if i else 0)
-            if not reshard:
-                numel = unsharded_below(i + 1)  # blocks 0..i, gathered since their forward
-            return Moment(
-                "backward",
-                f"{label}block {first_layer + i}: {name}",
-                P + gathered(numel),
-                on_gpu,
-                OPT,
-                below(i)
-                + checkpoint_held(graph, plan, i)
-                - span_inputs_freed(graph, plan, i)
-                + held,
-                transient + kept_outputs,
-                layer=i,
-            )
-
-        tail: tuple[Moment, ...] = ()
-        if any(op.component is Component.embedding for op in graph.prologue):
-            tied_transient = 2 * counts.lm_head_numel * g if tied else 0
-            if fsdp and not accumulated:
-                pending = block_grads[layout.kind_at(0)] if n else 0  # block 0's rs input
-                emb_grads = fsdp_grads(all_block_grads, full_grads - all_block_grads + pending)
-            else:
-                emb_grads = grads(full_grads, block_grads[layout.kind_at(0)] if n else 0)
-            tail = (
-                Moment(
-                    "backward",
-                    f"{label}embedding" + (" (tied weight add)" if tied_transient else ""),
-                    P + gathered(0),
-                    emb_grads,
-                    OPT,
-                    outside + others,
-                    tied_transient + kept_outputs,
-                ),
-            )
-        cap = None if grads_resident else grads_bytes
-        candidates = _candidate_layers(plan, layout, walk_at, block_grads, g, before, cap)
-        if fsdp and n >= 2:
-            candidates.add(n - 2)  # the first backward with a pending reduce-scatter input
-        # a span input is held from its first layer up: the moments are affine on each side
-        for start in _span_starts(graph, plan):
-            for fam in plan.stack.families(affine=cap is None):
-                t = -(-(start - fam.first) // fam.step)  # the first member at or above it
-                candidates |= {fam.at(u) for u in (t - 1, t) if 0 <= u < fam.count}
-        return Pass(label, tuple(head), tail, block_moment), candidates
-
-    passes: list[tuple[Pass, set[int]]] = [make_pass("", others_first, False, pipeline_first)]
+    walk = _StepWalk(graph, plan, setup, counts, state, rank, first_layer)
+    passes = [walk.make_pass("", others_first, False, rank.pipeline.first)]
     if others_later is not None:
-        passes.append(make_pass("micro-batch 2+: ", others_later, True, pipeline_later))
-    step = Moment("optimizer step", "step()", P, grads(full_grads, 0), OPT, 0, step_temporary_bytes)
+        passes.append(walk.make_pass("micro-batch 2+: ", others_later, True, rank.pipeline.later))
+    step = Moment(
+        "optimizer step",
+        "step()",
+        walk.P,
+        rank.gradients.at_step(),
+        state.optimizer_bytes,
+        0,
+        state.step_temporary_bytes,
+    )
     peak: Moment | None = None
     for pss, candidates in passes:
         for m in (
@@ -493,19 +275,196 @@ def step_timeline(
                 peak = m
     if peak is None or step.total_bytes > peak.total_bytes:
         peak = step
-    return Timeline(tuple(pss for pss, _ in passes), step, n, peak)
+    return Timeline(tuple(pss for pss, _ in passes), step, graph.num_layers, peak)
+
+
+class _StepWalk:
+    """The moments of one micro-batch's pass, asked of the rank's mechanisms."""
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        plan: ActivationPlan,
+        setup: TrainingSetup,
+        counts: ParamCounts,
+        state: RankState,
+        rank: Residency,
+        first_layer: int,
+    ) -> None:
+        self.graph, self.plan, self.state, self.rank = graph, plan, state, rank
+        self.counts, self.first_layer = counts, first_layer
+        self.T = setup.tokens
+        self.V = graph.logits.numel // self.T if graph.logits else 0
+        self.p = setup.activation_dtype
+        self.g = setup.gradient_dtype.itemsize
+        self.P = state.params_bytes + rank.buffer_bytes
+        self.n = graph.num_layers
+        self.has_loss = setup.loss is Loss.standard and graph.logits is not None
+        # torch.autocast caches the 16-bit weight casts until the autocast region ends (after
+        # the loss): for recomputed blocks nothing else holds them, so they peak with the loss
+        self.weight_cache = sum(
+            c * blk.weight_cast_bytes
+            for blk, c in zip(graph.kinds, plan.fully_recomputed, strict=False)
+        )
+        self.block_grads = tuple(b.grad_bytes(self.g) for b in graph.kinds)
+
+    def walk_at(self, i: int) -> _Walk:
+        return _walk(self.graph.block(i), layer_mode(self.plan, i))
+
+    def loss_moments(self, label: str, acts: int, accumulated: bool, kept: int) -> list[Moment]:
+        """The loss's forward (log_softmax) and backward moments."""
+        if not self.has_loss:
+            return []
+        T, V, rank, OPT = self.T, self.V, self.rank, self.state.optimizer_bytes
+        logits = self.graph.logits.nbytes  # type: ignore[union-attr]
+        logits += (T * V * 4 if self.p is not DType.fp32 else 0) + self.weight_cache
+        extra = rank.tensor_parallel.loss_bytes
+        grads = rank.gradients.at_loss(accumulated)
+        return [
+            Moment(
+                "forward",
+                f"{label}loss: log_softmax",
+                self.P + rank.params.at_loss_forward(),
+                grads,
+                OPT,
+                acts,
+                logits + extra,
+            ),
+            Moment(
+                "backward",
+                f"{label}loss: _log_softmax_backward_data",
+                self.P + rank.params.at_loss_backward(),
+                grads,
+                OPT,
+                acts,
+                2 * T * V * 4 + extra + kept,
+            ),
+        ]
+
+    def block_moment(self, label: str, i: int, others: int, accumulated: bool, kept: int) -> Moment:
+        """Layer ``i``'s worst backward moment."""
+        graph, plan, rank = self.graph, self.plan, self.rank
+        # the gradient entering the stage's last layer is its receive buffer (counted)
+        received = rank.pipeline.grad_received and i == self.n - 1
+        best = (0, "", 0, 0)
+        for st in self.walk_at(i).steps:
+            gr = rank.gradients.at_block(i, st.written * self.g, accumulated)
+            transient = st.transient - (st.incoming if received else 0)
+            if st.held + transient + gr > best[0] + best[2] + best[3]:
+                best = (st.held, st.name, transient, gr)
+        held, name, transient, on_gpu = best
+        if self.state.activations_offloaded:
+            below = graph.prologue_saved_bytes + (
+                graph.epilogue_saved_bytes if i == self.n - 1 else 0
+            )
+        else:
+            below = graph.prologue_saved_bytes + plan.held_below(i)
+        return Moment(
+            "backward",
+            f"{label}block {self.first_layer + i}: {name}",
+            self.P + rank.params.at_block(i),
+            on_gpu,
+            self.state.optimizer_bytes,
+            below
+            + others
+            + checkpoint_held(graph, plan, i)
+            - span_inputs_freed(graph, plan, i)
+            + held,
+            transient + kept,
+            layer=i,
+        )
+
+    def embedding_moments(
+        self, label: str, others: int, accumulated: bool, kept: int
+    ) -> tuple[Moment, ...]:
+        """The embedding's backward (with a tied weight, the add of the head's gradient)."""
+        graph, rank, counts = self.graph, self.rank, self.counts
+        if not any(op.component is Component.embedding for op in graph.prologue):
+            return ()
+        embedding_trains = any(w.trainable for op in graph.prologue for w in op.weights)
+        tied = counts.head == 0 and embedding_trains
+        tied_transient = 2 * counts.lm_head_numel * self.g if tied else 0
+        return (
+            Moment(
+                "backward",
+                f"{label}embedding" + (" (tied weight add)" if tied_transient else ""),
+                self.P + rank.params.at_embedding(),
+                rank.gradients.at_embedding(accumulated),
+                self.state.optimizer_bytes,
+                graph.prologue_saved_bytes + others,
+                tied_transient + kept,
+            ),
+        )
+
+    def make_pass(
+        self, label: str, others: int, accumulated: bool, pipeline: tuple[int, int]
+    ) -> tuple[Pass, set[int]]:
+        kept, aliased = pipeline
+        others -= aliased  # saved inputs that are receive buffers: counted with the buffers
+        head = self.loss_moments(
+            label, self.state.stored_activation_bytes + others, accumulated, kept
+        )
+        tail = self.embedding_moments(label, others, accumulated, kept)
+
+        def block(i: int) -> Moment:
+            return self.block_moment(label, i, others, accumulated, kept)
+
+        return Pass(label, tuple(head), tail, block), self.candidates(accumulated)
+
+    def candidates(self, accumulated: bool) -> set[int]:
+        """Layers among which the largest block moment is."""
+        cap = self.state.grads_cap
+        totals = self.rank.gradients.totals
+
+        def before(i: int) -> int:
+            return totals.full if accumulated else totals.before(i)
+
+        out = _candidate_layers(
+            self.plan, self.graph.layout, self.walk_at, self.block_grads, self.g, before, cap
+        )
+        out |= self.rank.gradients.extra_candidates()
+        # a span input is held from its first layer up: the moments are affine on each side
+        for start in _span_starts(self.graph, self.plan):
+            for fam in self.plan.stack.progressions(affine=cap is None):
+                t = -(-(start - fam.first) // fam.step)  # the first member at or above it
+                out |= {fam.at(u) for u in (t - 1, t) if 0 <= u < fam.count}
+        return out
+
+
+def _head_grads(graph: OpGraph, counts: ParamCounts, g: int) -> int:
+    """Gradient bytes the backward writes before the first block's: the LM head's weight
+    gradient (for a tied head, held in the embedding's autograd input buffer until the
+    embedding's own gradient arrives) and the final norm's."""
+    embedding_trains = any(w.trainable for op in graph.prologue for w in op.weights)
+    tied = counts.head == 0 and embedding_trains
+    return sum(w.grad_bytes(g) for op in graph.epilogue for w in op.weights) + (
+        counts.lm_head_numel * g if tied else 0
+    )
+
+
+def gradient_totals(
+    graph: OpGraph, counts: ParamCounts, g: int, extra_grad_bytes: int = 0
+) -> GradientTotals:
+    """The full gradients of ``graph``'s rank: every one (``extra_grad_bytes`` beyond the
+    parameters': DTensor's replicated embedding gradient), the head's, per block kind."""
+    return GradientTotals(
+        counts.grad_bytes(g) + extra_grad_bytes,
+        _head_grads(graph, counts, g),
+        tuple(b.grad_bytes(g) for b in graph.kinds),
+        graph.layout,
+    )
 
 
 def _candidate_layers(
     plan: ActivationPlan,
-    layout: Layout,
+    layout: LayerLayout,
     walk_at: Callable[[int], _Walk],
     block_grads: tuple[int, ...],
     g: int,
     before: Callable[[int], int],
     cap: int | None,
 ) -> set[int]:
-    """Layers among which the largest block moment is. Along a family (``Family``) the bytes
+    """Layers among which the largest block moment is. Along a ``Progression`` the bytes
     held below a layer and the gradients written before it change by the same amount at each
     step, so the moment is affine in the step -- largest at an end -- except (a) at a piece's
     first layer, whose predecessor (prefetched under FSDP) belongs to another piece: the
@@ -513,7 +472,7 @@ def _candidate_layers(
     (params=cpu: min(written, cap) is concave): each op's moment is then largest at an end or
     where its gradients reach the cap, which is solved for directly."""
     out: set[int] = set()
-    for fam in plan.stack.families(affine=cap is None):
+    for fam in plan.stack.progressions(affine=cap is None):
         ends = {0, min(1, fam.count - 1), fam.count - 1}
         if cap is not None and fam.count > 2:
             step = before(fam.at(0)) - before(fam.at(1))
@@ -528,14 +487,17 @@ def _candidate_layers(
     return out
 
 
-def layer_mode(plan: ActivationPlan, i: int) -> Mode:
-    """How layer ``i``'s backward starts: from kept tensors, or rebuilding them."""
+def layer_mode(plan: ActivationPlan, i: int) -> Recompute:
+    """What layer ``i``'s backward rebuilds: none (it starts from kept tensors -- no
+    recompute, or a layer of an every-k segment below its last, whose tensors the segment's
+    recompute has rebuilt already), the attention core (selective), or the whole layer at the
+    first unpack (full: the last layer of a checkpointed segment, ``torch/utils/checkpoint.py``
+    non-reentrant ``_checkpoint_hook.unpack_hook``)."""
     stack = plan.stack
     if isinstance(stack, Segments):
         last = min(i - i % stack.k + stack.k, stack.layout.n) - 1
-        return Mode.full if i == last else Mode.kept
-    choice = stack.choice[stack.layout.kind_at(i)]
-    return Mode.full if choice == "full" else Mode.selective if choice == "selective" else Mode.kept
+        return Recompute.full if i == last else Recompute.none
+    return stack.choice[stack.layout.kind_at(i)]
 
 
 def checkpoint_held(graph: OpGraph, plan: ActivationPlan, i: int) -> int:
@@ -547,7 +509,7 @@ def checkpoint_held(graph: OpGraph, plan: ActivationPlan, i: int) -> int:
     out = stack.extra if i == 0 else 0
     if isinstance(stack, Segments):
         start = i - i % stack.k
-    elif stack.choice[stack.layout.kind_at(i)] == "full":
+    elif stack.choice[stack.layout.kind_at(i)] is Recompute.full:
         start = i
     else:
         return out

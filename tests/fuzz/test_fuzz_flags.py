@@ -4,6 +4,8 @@ exits 0 or 2, prints no traceback, and an error is one ``error:`` line naming th
 from __future__ import annotations
 
 import importlib
+import tempfile
+from pathlib import Path
 
 import click
 import pytest
@@ -138,6 +140,9 @@ def _flags() -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 FLAGS = _flags()
+PROGRESS = str(Path(tempfile.mkdtemp(prefix="memcalc-fuzz-")) / "quiz.json")
+"""The quiz's progress file for this run (a fresh folder: a path outside any writable folder
+is created by a root user, and kept between runs, a later version then reads it)."""
 
 
 def _names(spellings: tuple[str, ...]) -> list[str]:
@@ -150,7 +155,7 @@ def _args(command: str, flag: str, value: str) -> list[str]:
     if command == "quiz" and flag == "--progress":
         return [*base, flag, value]
     if command == "quiz":
-        base += ["--progress", "/nonexistent-memcalc-dir/quiz.json"]
+        base += ["--progress", PROGRESS]
     if flag in base:  # replace the base's value of this flag
         i = base.index(flag)
         del base[i : i + 2]

@@ -94,7 +94,7 @@ LAYOUT_SETUPS = [
     "--seq 4096 --tp 4 --pp 2 --dp 2 --microbatches 8 --zero 1",
     "--seq 4096 --tp 2 --pp 4 --vpp 2 --dp 2 --microbatches 8 --zero 1 --recompute selective",
     "--seq 8192 --cp 2 --dp 4 --zero 3",
-    "--seq 2048 --tp 2 --pp 2 --dp 2 --microbatches 4 --parallel-impl torch",
+    "--seq 2048 --tp 2 --pp 2 --dp 2 --microbatches 4 --framework hf",
     "--seq 1024 --dp 4 --precision fp32 --recompute none",
     "--seq 1024 --dp 4 --precision fp32 --bucket-view --recompute full",
     "--seq 2048 --gpus 4 --zero 2 --offload optimizer=cpu --microbatches 4",

@@ -12,11 +12,12 @@ from typing import Any, TypeVar
 
 import click
 
+from memcalc.errors import MemcalcError
 from memcalc.estimate import MIN_MFU
+from memcalc.frameworks import FRAMEWORKS, PARALLEL_IMPL_FRAMEWORKS, FrameworkName, TensorParallel
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.report import Format
 from memcalc.spec.finetune import Quantize
-from memcalc.spec.parallel import ParallelImpl
 from memcalc.spec.presets import DEFAULT_MODEL
 from memcalc.spec.training import (
     DEFAULT_MOE_IMBALANCE,
@@ -279,12 +280,19 @@ layout_options = options(
         help="DDP gradient_as_bucket_view (no bucket copy of the gradients).",
     ),
     click.option(
+        "--framework",
+        type=EnumChoice(FrameworkName),
+        default=None,
+        help="Whose code runs the step: hf (transformers with DDP / FSDP2, DTensor, "
+        "torch.distributed.pipelining), megatron (Megatron-LM's parallel runtime) or reference "
+        "(memcalc's own model); default megatron with --tp / --pp, else hf.",
+    ),
+    click.option(
         "--parallel-impl",
-        type=EnumChoice(ParallelImpl),
-        default=ParallelImpl.megatron.value,
-        show_default=True,
-        help="Tensor / pipeline parallelism as Megatron-LM runs it, or as torch (DTensor, "
-        "torch.distributed.pipelining) does.",
+        type=click.Choice(sorted(PARALLEL_IMPL_FRAMEWORKS), case_sensitive=False),
+        default=None,
+        hidden=True,
+        help="Deprecated: --framework megatron (megatron) or --framework hf (torch).",
     ),
 )
 
@@ -438,7 +446,6 @@ LAYOUT_KEYS = (
     "zero",
     "shard_size",
     "bucket_view",
-    "parallel_impl",
 )
 
 
@@ -448,6 +455,23 @@ def layout_fields(values: dict[str, Any]) -> dict[str, Any]:
     if "fsdp_reshard" in values:
         fields["fsdp_reshard"] = values["fsdp_reshard"].lower() == "true"
     return fields
+
+
+def framework_field(values: dict[str, Any]) -> FrameworkName | None:
+    """``--framework``, or what the deprecated ``--parallel-impl`` meant (said on stderr)."""
+    old = values.get("parallel_impl")
+    if old is None:
+        return values.get("framework")
+    name = PARALLEL_IMPL_FRAMEWORKS[old.lower()]
+    click.echo(
+        f"note: --parallel-impl {old.lower()} is deprecated: use --framework {name.value}",
+        err=True,
+    )
+    if values.get("framework") not in (None, name):
+        raise click.UsageError(
+            f"--parallel-impl {old} and --framework {values['framework'].value} disagree"
+        )
+    return name
 
 
 def _names(text: str | None) -> tuple[str, ...]:
@@ -479,8 +503,30 @@ def setup_fields(values: dict[str, Any]) -> dict[str, Any]:
     """The TrainingSetup fields (parallel layout flat) of a command's option values."""
     fields = {k: values[k] for k in SETUP_KEYS if k in values} | layout_fields(values)
     fields |= finetune_fields(values)
+    if "framework" in values:
+        fields["framework"] = framework_field(values)
     if "foreach" in values:
         fields["optimizer_foreach"] = values["foreach"]
     if "fused" in values:
         fields["optimizer_fused"] = values["fused"]
     return fields
+
+
+def measured_code(framework: FrameworkName | None, impl: str | None) -> str:
+    """The model code ``measure`` builds: the framework's (reference by default), or what the
+    deprecated ``--impl`` named (said on stderr)."""
+    if impl is not None:
+        name = FrameworkName.reference if impl.lower() == "ours" else FrameworkName.hf
+        click.echo(
+            f"note: --impl {impl.lower()} is deprecated: use --framework {name.value}", err=True
+        )
+        if framework not in (None, name):
+            raise MemcalcError(f"--impl {impl} and --framework {framework.value} disagree")
+        framework = name
+    chosen = FRAMEWORKS[framework or FrameworkName.reference]
+    if chosen.tensor_parallel is not TensorParallel.dtensor:
+        raise MemcalcError(
+            f"--framework: measure runs hf or reference (transformers or memcalc's model with "
+            f"PyTorch's parallelism); {chosen.label} does not run here"
+        )
+    return chosen.model_code.value

@@ -61,7 +61,7 @@ def estimate_command(**values: Any) -> None:
 
         check_path(plot)  # before the estimate: a bad name or a missing extra fails fast
     run, inputs, options = estimate_inputs(values)
-    rows = strategy_rows(run, inputs.spec.num_layers, inputs.setup, options)
+    rows = strategy_rows(run, inputs.spec.num_layers, inputs.setup, options, inputs.profiles[0])
     click.echo(
         render_breakdowns(
             rows,

@@ -12,9 +12,11 @@ from memcalc.cli.common import (
     EnumChoice,
     finetune_fields,
     finetune_options,
+    framework_field,
     gpu_option,
     layout_fields,
     layout_options,
+    measured_code,
     model_option,
 )
 from memcalc.errors import MemcalcError
@@ -27,8 +29,8 @@ TORCH_MISSING = torch_missing("measure")
 EXAMPLES = """\b
 Examples:
   memcalc measure --model gpt2 --batch 4 --seq 512 --recompute full
-  memcalc measure --model tests/data/tiny-llama.toml --impl hf --precision bf16-mixed
-  memcalc measure --model tests/data/hf/tiny/mistral.json --impl hf --precision bf16 --lora-rank 8
+  memcalc measure --model tests/data/tiny-llama.toml --framework hf --precision bf16-mixed
+  memcalc measure --model tests/data/hf/tiny/mistral.json --framework hf --lora-rank 8
   memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --zero 3 --dp 2
   memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --tp 2
 """
@@ -90,9 +92,9 @@ Examples:
 @click.option(
     "--impl",
     type=click.Choice(["ours", "hf"], case_sensitive=False),
-    default="ours",
-    show_default=True,
-    help="ours (memcalc's reference model) or hf (transformers).",
+    default=None,
+    hidden=True,
+    help="Deprecated: --framework reference (ours) or --framework hf (hf).",
 )
 @click.option(
     "--device", default=None, help="cpu, cuda or cuda:N (default: cuda if present, else cpu)."
@@ -173,6 +175,9 @@ def measure_command(**values: Any) -> None:
     layout = layout_fields(values)
     for key in (*LAYOUT_KEYS, "fsdp_reshard"):
         values.pop(key, None)
+    values["impl"] = measured_code(framework_field(values), values["impl"])
+    values.pop("framework")
+    values.pop("parallel_impl")
     from memcalc.measure.progress import interrupted
 
     try:

@@ -10,9 +10,11 @@ import click
 from memcalc.cli.common import (
     RATE,
     EnumChoice,
+    framework_field,
     gpu_option,
     layout_fields,
     layout_options,
+    measured_code,
     output_options,
     strategy_options,
 )
@@ -67,7 +69,8 @@ Examples:
     "--impl",
     type=click.Choice(["ours", "hf"], case_sensitive=False),
     default=None,
-    help="Build a preset / spec file as ours (default) or hf.",
+    hidden=True,
+    help="Deprecated: --framework reference (ours) or --framework hf (hf).",
 )
 @click.option(
     "--dropout",
@@ -98,6 +101,9 @@ def trace_command(**values: Any) -> None:
     from memcalc.measure.trace_command import ImplChoice, run_trace
 
     layout = layout_fields(values)
+    framework = framework_field(values)
+    given = framework is not None or values["impl"] is not None
+    impl = ImplChoice(measured_code(framework, values["impl"])) if given else None
     try:
         text = run_trace(
             values["target"],
@@ -108,7 +114,7 @@ def trace_command(**values: Any) -> None:
             optimizer=values["optimizer"],
             foreach=values["foreach"],
             attention=values["attention"],
-            impl=ImplChoice(values["impl"]) if values["impl"] else None,
+            impl=impl,
             dropout=values["dropout"],
             layout=layout,
             recompute=values["recompute"],

@@ -2,13 +2,13 @@
 
 A model's decoder layers are few *kinds* repeated many times: one kind for a dense model,
 local / global attention layers alternating in Gemma, dense-first-then-MoE layers in DeepSeek,
-a slice of any of these on a pipeline stage. A ``Layout`` stores that as a short list of
+a slice of any of these on a pipeline stage. A ``LayerLayout`` stores that as a short list of
 ``Piece`` s, each a periodic pattern of kind indices and a length, so that every question the
 estimate asks of the stack -- how many layers of each kind, the sum of a per-kind value over
 the layers before layer ``i``, which layer is the m-th of a kind -- costs the number of pieces
 and the length of their periods, never the number of layers.
 
->>> gemma = Layout.periodic((0, 0, 0, 0, 0, 1), 34)   # five local layers, then a global one
+>>> gemma = LayerLayout.periodic((0, 0, 0, 0, 0, 1), 34)   # five local layers, then a global one
 >>> gemma.counts(2), gemma.kind_at(5), gemma.prefix_sum((10, 1), 12)
 ((29, 5), 1, 102)
 """
@@ -30,7 +30,7 @@ class Values(Protocol):
 
 
 MAX_PERIOD = 64
-"""Longest period ``Layout.from_kinds`` looks for in an explicit per-layer list."""
+"""Longest period ``LayerLayout.from_kinds`` looks for in an explicit per-layer list."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Piece:
 
 
 @dataclass(frozen=True)
-class Family:
+class Progression:
     """Layers ``first, first + step, ...`` (``count`` of them) of one kind, along which the
     bytes held before each layer and the gradients already written grow by the same amount
     from one member to the next: a quantity affine in those is largest at an end."""
@@ -84,7 +84,7 @@ class Family:
 
 
 @dataclass(frozen=True)
-class Layout:
+class LayerLayout:
     """The kinds of the ``n`` layers of a stack, as consecutive pieces."""
 
     pieces: tuple[Piece, ...]
@@ -92,12 +92,12 @@ class Layout:
     # -- construction ------------------------------------------------------------------------
 
     @classmethod
-    def uniform(cls, n: int, kind: int = 0) -> Layout:
+    def uniform(cls, n: int, kind: int = 0) -> LayerLayout:
         """``n`` layers of one kind (a dense model)."""
         return cls((Piece((kind,), n),)) if n else cls(())
 
     @classmethod
-    def periodic(cls, period: Sequence[int], n: int, head: Sequence[int] = ()) -> Layout:
+    def periodic(cls, period: Sequence[int], n: int, head: Sequence[int] = ()) -> LayerLayout:
         """``head`` layer by layer, then ``period`` repeated (truncated) up to ``n`` layers."""
         pieces = [Piece((k,), c) for k, c in _runs(head[:n])]
         if n > len(head):
@@ -105,14 +105,14 @@ class Layout:
         return cls(tuple(pieces)).normalised()
 
     @classmethod
-    def from_kinds(cls, kinds: Sequence[int]) -> Layout:
+    def from_kinds(cls, kinds: Sequence[int]) -> LayerLayout:
         """The layout of an explicit per-layer list of kinds (a traced model, HF
         ``layer_types``): a short head followed by the shortest period that reproduces the
         rest, or the list's runs when no period is short enough."""
         kinds = tuple(kinds)
         n = len(kinds)
         runs = _runs(kinds)
-        best: Layout = cls(tuple(Piece((k,), c) for k, c in runs))
+        best: LayerLayout = cls(tuple(Piece((k,), c) for k, c in runs))
         for head in range(0, min(8, n) + 1):
             period = _period_of(kinds[head:])
             if period is None:
@@ -122,7 +122,7 @@ class Layout:
                 best = candidate
         return best
 
-    def normalised(self) -> Layout:
+    def normalised(self) -> LayerLayout:
         """Empty pieces dropped, adjacent single-kind pieces of one kind merged."""
         out: list[Piece] = []
         for piece in self.pieces:
@@ -133,7 +133,7 @@ class Layout:
                 out[-1] = Piece(period, out[-1].length + piece.length)
             else:
                 out.append(Piece(period, piece.length))
-        return Layout(tuple(out))
+        return LayerLayout(tuple(out))
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -208,7 +208,7 @@ class Layout:
 
     # -- transformations -------------------------------------------------------------------
 
-    def slice(self, a: int, b: int) -> Layout:
+    def slice(self, a: int, b: int) -> LayerLayout:
         """Layers ``a .. b - 1`` (a pipeline stage's share)."""
         out = []
         for start, piece in self.starts():
@@ -217,20 +217,20 @@ class Layout:
                 continue
             shift = (lo - start) % len(piece.period)
             out.append(Piece(piece.period[shift:] + piece.period[:shift], hi - lo))
-        return Layout(tuple(out)).normalised()
+        return LayerLayout(tuple(out)).normalised()
 
-    def split_at(self, cuts: Sequence[int]) -> Layout:
+    def split_at(self, cuts: Sequence[int]) -> LayerLayout:
         """The same layers with a piece boundary at each index in ``cuts``."""
         edges = sorted({0, self.n, *(c for c in cuts if 0 < c < self.n)})
         pieces: list[Piece] = []
         for a, b in zip(edges, edges[1:], strict=False):
             pieces.extend(self.slice(a, b).pieces)
-        return Layout(tuple(pieces))
+        return LayerLayout(tuple(pieces))
 
-    def relabel(self, kind_of: Sequence[dict[int, int]]) -> Layout:
+    def relabel(self, kind_of: Sequence[dict[int, int]]) -> LayerLayout:
         """Each piece's kinds mapped through its own table (``kind_of[piece index]``); pieces
         are kept apart even when they end up alike, so that indices stay comparable."""
-        return Layout(
+        return LayerLayout(
             tuple(
                 Piece(tuple(table[k] for k in piece.period), piece.length)
                 for piece, table in zip(self.pieces, kind_of, strict=True)
@@ -239,14 +239,14 @@ class Layout:
 
     # -- the peak search ---------------------------------------------------------------------
 
-    def families(self) -> list[Family]:
-        """Families covering every layer (see ``Family``): in each piece, the layers at one
+    def progressions(self) -> list[Progression]:
+        """Progressions covering every layer (see ``Progression``): in each piece, the layers at one
         offset of its period."""
-        out: list[Family] = []
+        out: list[Progression] = []
         for start, piece in self.starts():
             p = len(piece.period)
             for o in range(min(p, piece.length)):
-                out.append(Family(start + o, p, -(-(piece.length - o) // p)))
+                out.append(Progression(start + o, p, -(-(piece.length - o) // p)))
         return out
 
 

@@ -5,7 +5,7 @@ real implementation and declaring exactly the tensors autograd saves for it, wit
 The sources are the autograd formulas in PyTorch's ``tools/autograd/derivatives.yaml`` and the
 HF modeling files (transformers 5.x); the GPT-2 lowering reproduces the reference measurements
 in ``shared/reference`` to the byte. Each distinct layer type is lowered once
-(``decoder_block``) and laid out over the stack (``Layout``), so the cost does not grow with
+(``decoder_block``) and laid out over the stack (``LayerLayout``), so the cost does not grow with
 depth.
 """
 
@@ -17,7 +17,7 @@ from memcalc.graph.blocks.block import decoder_block
 from memcalc.graph.blocks.embedding import embeddings, rotary_tables
 from memcalc.graph.blocks.head import head_and_loss
 from memcalc.graph.blocks.moe import aux_loss
-from memcalc.graph.layout import Layout
+from memcalc.graph.layout import LayerLayout
 from memcalc.graph.ops import Block, Component, OpGraph, Saved, SpanInput
 from memcalc.graph.scope import Dims, FineTune, Scope
 from memcalc.spec.families import family_of
@@ -36,7 +36,8 @@ def _scope(setup: TrainingSetup, finetune: FineTune | None = None) -> Scope:
         fp8_linears=setup.precision is Precision.fp8_mixed,
         autocast=autocast,
         finetune=finetune,
-        gathered_inputs=par.dtensor_tp and par.sequence_parallel,
+        gathered_inputs=par.sequence_parallel
+        and setup.framework_def.tensor_parallel.saves_gathered_input,
     )
 
 
@@ -154,7 +155,7 @@ def lowering_key(spec: ModelSpec, setup: TrainingSetup, device: str) -> tuple[ob
         setup.dropout,
         par.tp,
         par.sequence_parallel,
-        par.dtensor_tp,
+        setup.framework_def.tensor_parallel if par.tp > 1 else None,
         par.cp,
         par.ep,
         setup.moe_imbalance,
@@ -203,7 +204,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     if not first_grad and not spec.first_layers:
         # the pattern starts again after the first layer
         period = period[1:] + period[:1]
-    layout = Layout.periodic(period, spec.num_layers, head=head)
+    layout = LayerLayout.periodic(period, spec.num_layers, head=head)
     counts = layout.counts(len(types))
     kinds: list[Block] = []
     shared: dict[str, Saved] = {}

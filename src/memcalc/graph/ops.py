@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 
-from memcalc.graph.layout import Layout
+from memcalc.graph.layout import LayerLayout
 from memcalc.spec.training import DType
 
 
@@ -314,13 +314,13 @@ class SpanInput:
 @dataclass(frozen=True)
 class OpGraph:
     """A training step's forward as prologue (embeddings), the decoder stack, epilogue (head +
-    loss). The stack holds each distinct block kind once and a ``Layout`` saying which kind
+    loss). The stack holds each distinct block kind once and a ``LayerLayout`` saying which kind
     each layer is, so nothing here costs more for a deeper model."""
 
     prologue: tuple[Op, ...]
     kinds: tuple[Block, ...]
     """Each distinct decoder block once."""
-    layout: Layout
+    layout: LayerLayout
     """Which of ``kinds`` each layer is."""
     epilogue: tuple[Op, ...]
     checkpoint_extra_inputs: tuple[Saved, ...] = field(default=())
@@ -359,7 +359,7 @@ class OpGraph:
         return cls(
             prologue,
             tuple(kinds),
-            Layout.from_kinds(per_layer),
+            LayerLayout.from_kinds(per_layer),
             epilogue,
             checkpoint_extra_inputs,
             logits,

@@ -79,9 +79,9 @@ def build_model(
     if impl is Impl.ours:
         if spec.sliding_window is not None and setup.seq > spec.sliding_window:
             raise MemcalcError(
-                f"--impl ours: the reference model has no sliding-window attention and "
+                f"--framework reference: the reference model has no sliding-window attention and "
                 f"--seq {setup.seq} is longer than {spec.name}'s window "
-                f"({spec.sliding_window}); use --impl hf"
+                f"({spec.sliding_window}); use --framework hf"
             )
         model: nn.Module = Transformer(Config.from_spec(spec, attention_kind(setup, spec)))
     else:
@@ -93,7 +93,7 @@ def _hf_model(spec: ModelSpec, attention: str) -> nn.Module:
     try:
         import transformers
     except ImportError:
-        raise MemcalcError(f"--impl hf needs transformers: {TRANSFORMERS}") from None
+        raise MemcalcError(f"--framework hf needs transformers: {TRANSFORMERS}") from None
     cfg = dict(hf_config_dict(spec))
     config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     return transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attention)

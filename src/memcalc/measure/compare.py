@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memcalc.estimate import Breakdown, Options, estimate
+from memcalc.frameworks import FrameworkName
 from memcalc.graph.lower import lower
 from memcalc.measure.runner import Measurement
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
-from memcalc.spec.parallel import ParallelImpl, Parallelism
+from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import TrainingSetup
 
 DEFAULT_TOLERANCE = 0.03
@@ -47,7 +48,7 @@ def estimate_for(
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
     if setup.parallel.world_size > 1:  # measure runs torch's DTensor and pipelining
-        setup = setup.replace(parallel=setup.parallel.replace(parallel_impl=ParallelImpl.torch))
+        setup = setup.replace(framework=FrameworkName.hf)
     kind = "cpu" if device.startswith("cpu") else "cuda"
     graph = lower(spec, setup, device=kind)
     return estimate(spec, setup, gpu, options, graph=graph, device=kind)

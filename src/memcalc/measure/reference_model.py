@@ -54,8 +54,9 @@ class Config:
     def from_spec(cls, spec: ModelSpec, attention: str) -> Config:
         if spec.family not in (Family.gpt2, Family.llama, Family.mistral, Family.qwen2):
             raise MemcalcError(
-                f"--impl ours: memcalc's reference model runs GPT-2 and Llama-style models; "
-                f"{spec.name} ({spec.family.value}) needs --impl hf"
+                "--framework reference: memcalc's reference model runs GPT-2 and Llama-style "
+                "models; "
+                f"{spec.name} ({spec.family.value}) needs --framework hf"
             )
         return cls(
             family="gpt2" if spec.family is Family.gpt2 else "llama",

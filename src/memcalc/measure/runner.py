@@ -230,7 +230,7 @@ def measure(
     """Build ``spec``, apply the strategy, run a warm-up and a measured step, count bytes."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if setup.lora is not None and impl is not Impl.hf:
-        raise MemcalcError("--lora-rank: LoRA is measured on the HF model: --impl hf")
+        raise MemcalcError("--lora-rank: LoRA is measured on the HF model: --framework hf")
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
     what = check_offload(offload)

@@ -95,7 +95,7 @@ def _run_trace(
     for flag, given, kinds in (
         ("--attention", attention is not None, ("spec", "hf-config")),
         ("--dropout", dropout is not None, ("spec", "hf-config")),
-        ("--impl", impl is not None, ("spec",)),
+        ("--framework", impl is not None, ("spec",)),
     ):
         if given and resolved.kind not in kinds:
             _warn(f"{flag} has no effect on a {resolved.kind} target (the model runs as built)")

@@ -26,12 +26,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from memcalc.errors import MemcalcError
-from memcalc.estimate import Options, links_of, stage_param_counts, step_shape
+from memcalc.estimate import Options, flat_rate, links_of, stage_param_counts, step_shape
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts
-from memcalc.plan.space import Layout
+from memcalc.plan.space import Candidate
 from memcalc.plan.strategies import OFFLOADS
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
@@ -102,7 +102,7 @@ class StageFacts:
         return min(p.stored_bytes for p in self.plans.values())
 
 
-def layout_setup(base: TrainingSetup, layout: Layout, zero: int = 0) -> TrainingSetup:
+def layout_setup(base: TrainingSetup, layout: Candidate, zero: int = 0) -> TrainingSetup:
     """``base`` run on ``layout`` at ZeRO ``zero``."""
     return base.replace(batch=layout.batch, parallel=layout.parallel.replace(zero=zero))
 
@@ -131,7 +131,7 @@ class Bounds:
         self.spec, self.base, self.gpu = spec, base, gpu
         self.fixed = fixed_options(spec.num_layers, options)
         self.runtime = options.runtime or runtime_of(base)
-        self.mfu = options.mfu
+        self.flat = flat_rate(gpu, base, options.mfu)
         self.usable = gpu.memory_bytes - int(gpu.memory_bytes * options.headroom)
         self._stages: dict[tuple[int, int], tuple[OpGraph, bool, bool]] = {}
         self._facts: dict[tuple[object, ...], StageFacts | None] = {}
@@ -141,7 +141,7 @@ class Bounds:
         self._transfers: dict[tuple[object, ...], Windows] = {}
         self.links = links_of(gpu)
 
-    def facts(self, layout: Layout) -> StageFacts | None:
+    def facts(self, layout: Candidate) -> StageFacts | None:
         """The first stage's facts, or None when the layout cannot run this model (a tp that
         does not divide the heads, more stages than layers)."""
         par = layout.parallel
@@ -159,7 +159,7 @@ class Bounds:
             )
         return self._facts[key]
 
-    def _shared(self, layout: Layout) -> StageFacts | None:
+    def _shared(self, layout: Candidate) -> StageFacts | None:
         """What does not depend on the accumulation or data-parallel size (in_flight unset)."""
         par = layout.parallel
         key = (layout.batch, par.tp, par.cp, par.pp, par.ep)
@@ -167,7 +167,7 @@ class Bounds:
             self._by_split[key] = self._compute(layout)
         return self._by_split[key]
 
-    def _compute(self, layout: Layout) -> StageFacts | None:
+    def _compute(self, layout: Candidate) -> StageFacts | None:
         setup = layout_setup(self.base, layout)
         try:
             graph = lower_cached(self.spec, setup)
@@ -204,9 +204,11 @@ class Bounds:
             last_forward_flops=last.graph.forward_flops,
             last_extra_flops=last_extra,
             shape=step_shape(g, counts, setup, plans[Recompute.none]),
-            kernels=micro_batch(g, self.gpu, self.runtime, cp=setup.parallel.cp, mfu=self.mfu),
+            kernels=micro_batch(
+                g, self.gpu, self.runtime, cp=setup.parallel.cp, flat_flops_per_s=self.flat
+            ),
             last_kernels=micro_batch(
-                last.graph, self.gpu, self.runtime, cp=setup.parallel.cp, mfu=self.mfu
+                last.graph, self.gpu, self.runtime, cp=setup.parallel.cp, flat_flops_per_s=self.flat
             ),
         )
 
@@ -223,7 +225,7 @@ class Bounds:
         return hit
 
     def communication(
-        self, facts: StageFacts, layout: Layout, zero: int, forwards: float = 0.0
+        self, facts: StageFacts, layout: Candidate, zero: int, forwards: float = 0.0
     ) -> Windows:
         """The first stage's collectives, summed by window, with ``forwards`` extra forwards
         of recompute repeating theirs (0: a lower bound for any recompute)."""
@@ -239,7 +241,7 @@ class Bounds:
     def configurations(
         self,
         facts: StageFacts,
-        layout: Layout,
+        layout: Candidate,
         zeros: tuple[int, ...],
         choices: list[int],
         recomputes: frozenset[Recompute] | None = None,

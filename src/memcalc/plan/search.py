@@ -26,7 +26,7 @@ from memcalc.errors import MemcalcError
 from memcalc.estimate import Breakdown, Options, estimate
 from memcalc.plan.bounds import Bounds, StageFacts, layout_setup
 from memcalc.plan.constraints import IMPRACTICAL_FACTOR, NO_CONSTRAINTS, Constraints
-from memcalc.plan.space import Layout, layouts
+from memcalc.plan.space import Candidate, layouts
 from memcalc.plan.strategies import OFFLOADS, complexity
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
@@ -68,7 +68,7 @@ class Config(NamedTuple):
 
     seconds_per_token_bound: float
     memory_bound: int
-    layout: Layout
+    layout: Candidate
     zero: int
     offload: int
     """Index into ``strategies.OFFLOADS``."""
@@ -79,7 +79,7 @@ class Config(NamedTuple):
 class Row:
     """A configuration estimated in full."""
 
-    layout: Layout
+    layout: Candidate
     breakdown: Breakdown
 
     @property
@@ -254,7 +254,7 @@ class _Search:
                 return row
         return None
 
-    def _enumerate(self) -> tuple[list[Layout], list[Config]]:
+    def _enumerate(self) -> tuple[list[Candidate], list[Config]]:
         """Every layout, and the configurations that pass the memory bound."""
         req, spec = self.request, self.request.spec
         shapes = [
@@ -281,7 +281,7 @@ class _Search:
                 self.progress(0.5 * i / max(1, len(shapes)))
         return shapes, passing
 
-    def _configs(self, layout: Layout, facts: StageFacts) -> list[Config]:
+    def _configs(self, layout: Candidate, facts: StageFacts) -> list[Config]:
         """The layout's configurations that pass the memory bound (the rest are counted)."""
         tokens = layout.sequences * self.request.setup.seq
         zeros = self.constraints.zeros(layout.parallel.dp)
@@ -402,7 +402,7 @@ class _Search:
         return row
 
 
-def _layout_key(layout: Layout) -> tuple[object, ...]:
+def _layout_key(layout: Candidate) -> tuple[object, ...]:
     """Rows differ by parallel layout; micro-batch variants of one layout share a row."""
     p = layout.parallel
     return (p.dp, p.tp, p.pp, p.cp, p.ep, p.vpp)

@@ -37,7 +37,7 @@ VIRTUAL_STAGES = 2
 
 
 @dataclass(frozen=True)
-class Layout:
+class Candidate:
     """One parallel layout with its micro-batch (ZeRO stage 0; the search varies it)."""
 
     parallel: Parallelism
@@ -109,7 +109,7 @@ def layouts(
     batch: int,
     microbatches: int,
     context_parallel: bool = True,
-) -> Iterator[Layout]:
+) -> Iterator[Candidate]:
     """Every layout of the search (see the module docstring), fewest GPUs first;
     ``context_parallel`` False leaves cp > 1 out (eager attention has no ring kernel)."""
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(gpus_per_node, max_gpus)]
@@ -126,7 +126,7 @@ def layouts(
                     for mb, m in _batches(dp, pp, global_batch, batch, microbatches, seq):
                         for vpp in _virtual(spec.num_layers, pp, m):
                             for ep in _expert_parallel(experts, dp):
-                                yield Layout(
+                                yield Candidate(
                                     Parallelism(
                                         dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, microbatches=m
                                     ),

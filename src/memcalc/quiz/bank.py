@@ -37,8 +37,9 @@ NUM_OPTIONS = 4
 LETTERS = "abcd"
 """The letters of the options as shown in English (and in JSON)."""
 
-URDU_LETTERS = "ابجد"
-"""The letters of the options as shown in Urdu: alif, be, jim, dal (the abjad order)."""
+URDU_LETTERS = ("الف", "ب", "ج", "د")
+"""The letters of the options in Urdu: alif, be, jim, dal (the abjad order), written in full
+as Pakistani exam papers label their options: (الف) (ب) (ج) (د)."""
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 """Ids and concept tags: lower-case words joined by hyphens."""
@@ -149,6 +150,20 @@ class AnswerUnit(str, Enum):
     """A whole number of things (layers, checkpoints); accepted only exactly."""
 
 
+class NumericMistake(BaseModel):
+    """A number a ``--typed`` learner may type that is a known mistake, and what it means."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    value: float = Field(description="The mistaken number, in the answer's ``unit``.")
+    en: str = Field(min_length=1, description="The mistake, in English.")
+    ur: str = Field(min_length=1, description="The mistake, in Urdu.")
+
+    def text(self, lang: Lang) -> str:
+        """The mistake in ``lang``."""
+        return self.en if lang is Lang.en else self.ur
+
+
 class Numeric(BaseModel):
     """The number a ``--typed`` learner types instead of picking an option."""
 
@@ -161,6 +176,11 @@ class Numeric(BaseModel):
         ge=0.0,
         le=0.25,
         description="Relative tolerance accepted (0.02 = within 2%); 0 = exactly.",
+    )
+    mistakes: list[NumericMistake] = Field(
+        default_factory=list,
+        description="Optional: numbers that are known mistakes, diagnosed when typed (a "
+        "computed question lists every mistake it knows, the options it did not show too).",
     )
 
 

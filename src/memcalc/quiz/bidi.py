@@ -27,7 +27,12 @@ _STRONG = (
 √: a run starts here."""
 _INNER = _STRONG + r" .,:/\\+\-−–×·=%^_'()\[\]{}*<>≈≤≥~|#&@!?"
 """What a run may contain between its first and last character."""
-_RUN = re.compile(f"(?:--(?=[A-Za-z])|[+\\-−±≈~<>≤≥](?=[0-9]))?[{_STRONG}][{_INNER}]*")
+_RUN = re.compile(
+    "(?:--(?=[A-Za-z])|[+\\-−±≈~<>≤≥](?=[0-9])|(?:~|\\.{1,2}|\\$)?/(?=[A-Za-z0-9_.~])|\\$(?=[A-Z_{]))?"
+    f"[{_STRONG}][{_INNER}]*"
+)
+"""A Latin run: an optional lead that belongs to it (a flag's ``--``, a number's sign, a
+path's leading ``/``, ``./``, ``~/`` or ``$VAR``), a strong character, then what may follow."""
 _TAIL = " .,:/\\+-−–×·=^_'(\\[{*<>≈≤≥~|#&@!?"
 """Characters a run may contain but not end with (a balanced closing bracket and % may)."""
 _PAIRS = {")": "(", "]": "[", "}": "{"}
@@ -46,11 +51,23 @@ def _balance(run: str) -> str:
     return run[: open_at[0][1]] if open_at else run
 
 
+_ABBREVIATIONS = ("et al.", "e.g.", "i.e.", "etc.", "vs.", "cf.")
+"""Latin abbreviations whose full stop belongs to them: kept inside the run, so that in an
+Urdu sentence the period of ``Chen et al.`` stays beside ``al`` instead of moving to the far
+side of the isolate."""
+
+
 def _trim(run: str) -> str:
     """Drop trailing neutrals (spaces, commas, a full stop) and brackets whose partner is
-    outside the run, so that ``adamw)`` in ``(بیچ 1، adamw)`` isolates only ``adamw``."""
+    outside the run, so that ``adamw)`` in ``(بیچ 1، adamw)`` isolates only ``adamw``; the
+    full stop of an abbreviation (``et al.``) stays."""
     while True:
-        trimmed = _balance(run).rstrip(_TAIL)
+        balanced = _balance(run)
+        kept = next((a for a in _ABBREVIATIONS if balanced.rstrip(" ,").endswith(a)), None)
+        if kept is not None:
+            trimmed = balanced.rstrip(" ,")
+        else:
+            trimmed = balanced.rstrip(_TAIL)
         if trimmed == run:
             return run
         run = trimmed
@@ -102,6 +119,60 @@ def rtl_text(text: str) -> str:
     """Every line of ``text`` marked as a right-to-left paragraph (a terminal line is a
     paragraph to the bidi algorithm)."""
     return "\n".join(rtl_line(line) for line in text.split("\n"))
+
+
+_BLOCK_MARKER = re.compile(r"^(\s*(?:#{1,6} |[-*+] |\d+\. |> )?(?:\*\*)?)(.*)$", re.S)
+"""The Markdown syntax that opens a line: a heading's ``#``, a list item's ``- ``, a quote's
+``> ``, and a bold run's opening ``**``."""
+
+
+def rtl_markdown_line(line: str) -> str:
+    """One line of Urdu Markdown: the mark after the line's own syntax (``## ``, ``- ``,
+    ``**``), which CommonMark must see first to find a heading, a list item or emphasis, then
+    the text with its runs isolated.
+
+    >>> rtl_markdown_line("## سوال 1") == "## " + RLM + "سوال " + LRI + "1" + PDI
+    True
+    """
+    if not line.strip():
+        return line
+    match = _BLOCK_MARKER.match(line)
+    assert match is not None  # the pattern matches every line
+    prefix, rest = match.groups()
+    return prefix + RLM + isolate(rest)
+
+
+def rtl_markdown(text: str) -> str:
+    """Every line of a Markdown document marked right-to-left (``rtl_markdown_line``)."""
+    return "\n".join(rtl_markdown_line(line) for line in text.split("\n"))
+
+
+def rtl_table(table: str) -> str:
+    r"""A table in tabulate's ``simple`` format (a dashed line under the headers) with every
+    row a right-to-left paragraph and each cell's runs isolated on their own: a row whose
+    first cell is Latin (``LoRA``) keeps its columns in the order of the others, where one
+    isolate over the whole row would lay it out left to right.
+
+    >>> rows = rtl_table("topic  seen\n-----  ----\nLoRA   1/3").split("\n")
+    >>> rows[2] == RLM + LRI + "LoRA" + PDI + "   " + LRI + "1/3" + PDI
+    True
+    """
+    lines = table.split("\n")
+    if len(lines) < 2 or not re.fullmatch(r"[- ]+", lines[1]):
+        return rtl_text(table)
+    spans = [m.span() for m in re.finditer(r"-+", lines[1])]
+    out = []
+    for index, line in enumerate(lines):
+        if index == 1 or not line.strip():
+            out.append(line)
+            continue
+        pieces, pos = [], 0
+        for start, end in spans:
+            pieces += [line[pos:start], isolate(line[start:end])]
+            pos = end
+        pieces.append(isolate(line[pos:]))
+        out.append(RLM + "".join(pieces))
+    return "\n".join(out)
 
 
 def strip_marks(text: str) -> str:

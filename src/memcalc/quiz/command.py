@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -21,10 +22,13 @@ from memcalc.estimate import MIN_MFU
 from memcalc.profiles import GpuProfile, load_profile
 from memcalc.quiz import export, render
 from memcalc.quiz.bank import Bank, Difficulty, Lang, Question, Topic, load_bank_data
-from memcalc.quiz.draft import KINDS
+from memcalc.quiz.bidi import rtl_table, rtl_text
+from memcalc.quiz.context import QuizContext, context_of, restore
+from memcalc.quiz.draft import KINDS, MODEL_ID_PREFIX
 from memcalc.quiz.errors import QuizError, error_text
-from memcalc.quiz.generate import kind_of, model_questions, variant_question
-from memcalc.quiz.messages import MESSAGES, TOPIC_NAMES
+from memcalc.quiz.facts import ModelFacts, model_facts
+from memcalc.quiz.generate import kind_of, model_questions, question_for, variant_question, vary
+from memcalc.quiz.messages import MESSAGES, TOPIC_NAMES, questions_text
 from memcalc.quiz.progress import (
     Progress,
     default_progress_path,
@@ -257,15 +261,18 @@ def _quiz(
         seed = random.SystemRandom().randrange(1_000_000)
     rng = random.Random(seed)
     wanted = count or (len(scripted) if scripted is not None else DEFAULT_COUNT)
+    base = context_of(model, profile.name, mfu, setup)
     if review:
         due = due_for_review(progress, datetime.now(timezone.utc))
+        pool, contexts = _review_pool(due, progress, bank_questions, generated, base)
         asked = pick_review(
             due,
-            bank_questions + generated,
+            pool,
             count=wanted,
             topics=topics,
             difficulties=difficulties,
             rng=rng,
+            contexts=contexts,
         )
         if not asked:
             click.echo(screen.text(_nothing_due(progress, path, lang)))
@@ -280,10 +287,15 @@ def _quiz(
             difficulties=difficulties,
             rng=rng,
         )
+        asked = [replace(a, context=base) if a.source == "model" else a for a in asked]
     if scripted is not None and len(scripted) != len(asked):
         raise QuizError("answers.count", got=len(scripted), want=len(asked))
     if len(asked) < wanted and not review:
-        click.echo(screen.text(MESSAGES[lang]["note_only"].format(count=len(asked))), err=True)
+        key = "note_only.one" if len(asked) == 1 else "note_only"
+        note = MESSAGES[lang][key].format(
+            count=len(asked), questions=questions_text(len(asked), lang)
+        )
+        click.echo(screen.text(note), err=True)
 
     info = QuizInfo(
         model=spec.name,
@@ -320,8 +332,9 @@ def _quiz(
         read = _terminal_reader(screen)
         follow_ups = FollowUps(
             bank_questions + generated,
-            lambda q: _variant(q, spec, setup, profile, mfu),
+            lambda q: _variant(q, model, spec, setup, profile, mfu),
             rng,
+            base,
         )
     write(render.header(info, len(asked), key="review_header" if review else "header"))
     result = run_session(
@@ -360,10 +373,53 @@ def _finish(
 
 
 def _variant(
-    q: Question, spec: ModelSpec, setup: TrainingSetup, gpu: GpuProfile, mfu: float
-) -> Question | None:
+    q: Question, model: str, spec: ModelSpec, setup: TrainingSetup, gpu: GpuProfile, mfu: float
+) -> tuple[Question, QuizContext] | None:
+    """The sibling of a computed question for a varied setup, and what it is computed for."""
     kind = kind_of(q)
-    return variant_question(kind, spec, setup, gpu, mfu) if kind else None
+    if kind is None:
+        return None
+    varied = variant_question(kind, spec, setup, gpu, mfu)
+    if varied is None:
+        return None
+    varied_spec, varied_setup = vary(kind.variation, spec, setup)
+    name = model if varied_spec is spec else varied_spec.name
+    return varied, context_of(name, gpu.name, mfu, varied_setup)
+
+
+def _review_pool(
+    due: list[str],
+    progress: Progress,
+    bank_questions: list[Question],
+    generated: list[Question],
+    base: QuizContext,
+) -> tuple[list[Question], dict[str, QuizContext]]:
+    """The questions ``--review`` may ask: the bank's, and each due computed question
+    rebuilt for the model and setup it was last asked with (the current flags' when that no
+    longer loads or the kind is left out for it); and what each computed one is for."""
+    rebuilt: dict[str, Question] = {}
+    contexts = {q.id: base for q in generated}
+    facts: dict[str, ModelFacts | None] = {}
+    for qid in due:
+        record = progress.questions.get(qid)
+        kind = (
+            KINDS.get(qid.removeprefix(MODEL_ID_PREFIX))
+            if qid.startswith(MODEL_ID_PREFIX)
+            else None
+        )
+        if record is None or record.context is None or kind is None:
+            continue
+        key = record.context.model_dump_json()
+        if key not in facts:
+            restored = restore(record.context)
+            facts[key] = None if restored is None else model_facts(*restored)
+        found = facts[key]
+        question = None if found is None else question_for(kind, found)
+        if question is not None:
+            rebuilt[qid], contexts[qid] = question, record.context
+    current = [rebuilt.get(q.id, q) for q in generated]
+    current += [q for qid, q in rebuilt.items() if qid not in {g.id for g in generated}]
+    return bank_questions + current, contexts
 
 
 class _Recorder:
@@ -377,7 +433,9 @@ class _Recorder:
     def add(self, outcome: Outcome) -> None:
         now = datetime.now(timezone.utc)
         q = outcome.asked.question
-        self.progress = record_answer(self.progress, q, outcome.is_correct, outcome.answer, now)
+        self.progress = record_answer(
+            self.progress, q, outcome.is_correct, outcome.answer, now, outcome.asked.context
+        )
         save_progress(self.path, self.progress)
         self.saved = True
 
@@ -421,7 +479,11 @@ def _nothing_due(progress: Progress, path: Path, lang: Lang) -> str:
     upcoming = next_due(progress)
     if upcoming is not None:
         when, n = upcoming
-        lines.append(words["next_due"].format(when=f"{when:%Y-%m-%d %H:%M} UTC", count=n))
+        lines.append(
+            words["next_due"].format(
+                when=f"{when:%Y-%m-%d %H:%M} UTC", questions=questions_text(n, lang)
+            )
+        )
     return "\n".join(lines)
 
 
@@ -450,4 +512,9 @@ def _stats_text(progress: Progress, path: Path, bank: Bank | None, lang: Lang) -
             ]
         )
     table = tabulate(rows, headers=words["stats_header"].split("|"), disable_numparse=True)
-    return "\n".join([words["stats_title"].format(path=path), table, words["stats_note"]])
+    title, note = words["stats_title"].format(path=path), words["stats_note"]
+    if lang is Lang.ur:
+        # every line a right-to-left paragraph; each cell isolated on its own, so the LoRA
+        # and MoE rows keep the columns in the order of the others
+        return "\n".join([rtl_text(title), rtl_table(table), rtl_text(note)])
+    return "\n".join([title, table, note])

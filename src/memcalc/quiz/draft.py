@@ -14,7 +14,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from memcalc.quiz.bank import NUM_OPTIONS, AnswerUnit, Difficulty, Lang, Numeric, Question, Text
+from memcalc.quiz.bank import (
+    NUM_OPTIONS,
+    AnswerUnit,
+    Difficulty,
+    Lang,
+    Numeric,
+    NumericMistake,
+    Question,
+    Text,
+)
 from memcalc.quiz.bank import Topic as Topic
 from memcalc.quiz.facts import ModelFacts
 from memcalc.quiz.figures import Scale, SizeUnit, far_apart
@@ -93,14 +102,25 @@ def size(scale: Scale, num_bytes: int | float, mistake: str = "", **values: str)
     )
 
 
-def readable_sizes(
-    scale: Scale, candidates: Iterable[tuple[int | float, str, dict[str, str]]]
-) -> list[Choice]:
+Candidate = tuple[int | float, str, dict[str, str]]
+"""A wrong size a kind offers: (bytes, mistake key, values for the mistake's sentence)."""
+
+
+def in_units_of(scale: Scale, candidates: Iterable[Candidate]) -> list[Candidate]:
+    """The candidates whose mistake makes sense in the unit the options print: a GB read as
+    GiB only on GiB options. On MiB options the same slip would be an MB read as MiB, 4.9%
+    off, and on KiB options a kB read as KiB, 2.4%: both inside the margin, so neither is
+    offered."""
+    return [c for c in candidates if not (c[1] == "gb_as_gib" and scale.unit is not SizeUnit.GiB)]
+
+
+def readable_sizes(scale: Scale, candidates: Iterable[Candidate]) -> list[Choice]:
     """Size options for (bytes, mistake, values), leaving out sizes that would print with
-    fewer than two significant digits, as zero (``0.00 GiB`` for a few MiB) or as negative."""
+    fewer than two significant digits, as zero (``0.00 GiB`` for a few MiB) or as negative;
+    the decimal-for-binary slip is put in the options' unit (``in_units_of``)."""
     return [
         size(scale, b, m, **v)
-        for b, m, v in candidates
+        for b, m, v in in_units_of(scale, candidates)
         if b > 0 and scale.readable(b) and scale.number(b) != 0
     ]
 
@@ -276,17 +296,17 @@ def build(kind: Kind, facts: ModelFacts, draft: Draft) -> Question | None:
             | draft.lang_values.get(lang, {})
         )
         template = TEMPLATES[kind.name][lang]
-        feedback = [""] + [
-            MISTAKES[lang][c.mistake].format(
-                **(values | {"option": c.text(lang)} | c.values | c.lang_values.get(lang, {}))
-            )
-            for c in options[1:]
-        ]
+        feedback = [""] + [mistake_text(kind, facts, draft, c, lang) for c in options[1:]]
         texts[lang.value] = Text(
             prompt=template.prompt.format(**values),
             options=[o.text(lang) for o in options],
             explanation=template.explanation.format(**values),
             feedback=feedback,
+        )
+    numeric = draft.numeric
+    if numeric is not None:
+        numeric = numeric.model_copy(
+            update={"mistakes": typed_mistakes(kind, facts, draft, numeric, options)}
         )
     return Question(
         id=MODEL_ID_PREFIX + kind.name,
@@ -294,6 +314,48 @@ def build(kind: Kind, facts: ModelFacts, draft: Draft) -> Question | None:
         topic=kind.topic,
         difficulty=kind.difficulty,
         correct=0,
-        numeric=draft.numeric,
+        numeric=numeric,
         **texts,
     )
+
+
+_UNIT_SIZE = {AnswerUnit.GiB: 2**30, AnswerUnit.MiB: 2**20, AnswerUnit.KiB: 2**10}
+"""Bytes of the size units an answer is given in (a Choice's value is in bytes)."""
+
+
+def typed_mistakes(
+    kind: Kind, facts: ModelFacts, draft: Draft, numeric: Numeric, options: list[Choice]
+) -> list[NumericMistake]:
+    """Every distractor of ``draft`` with a number, shown as an option or not, as a number a
+    ``--typed`` learner may type, with its mistake in both languages (the chosen options'
+    first); a number within the answer's tolerance, or one already listed, is left out (the
+    learner's number is matched to the nearest, ``render._known_mistake``)."""
+    out: list[NumericMistake] = []
+    candidates = options[1:] + [c for c in draft.distractors if c not in options]
+    for c in candidates:
+        if c.value is None or c.group != draft.correct.group:
+            continue
+        value = c.value / _UNIT_SIZE.get(numeric.unit, 1)
+        if _near(value, numeric) or any(abs(value - m.value) <= 1e-9 * abs(value) for m in out):
+            continue
+        words = {lang: mistake_text(kind, facts, draft, c, lang) for lang in Lang}
+        out.append(NumericMistake(value=round(value, 6), en=words[Lang.en], ur=words[Lang.ur]))
+    return out
+
+
+def _near(value: float, numeric: Numeric, other: float | None = None) -> bool:
+    """``value`` within ``numeric``'s tolerance of ``other`` (default: the answer)."""
+    target = numeric.value if other is None else other
+    return abs(value - target) <= max(numeric.tolerance * abs(target), 1e-9)
+
+
+def mistake_text(kind: Kind, facts: ModelFacts, draft: Draft, c: Choice, lang: Lang) -> str:
+    """The sentence of distractor ``c``'s mistake in ``lang``."""
+    values = (
+        common_values(facts, lang)
+        | {"value": draft.correct.text(lang)}
+        | draft.values
+        | draft.lang_values.get(lang, {})
+    )
+    fill = values | {"option": c.text(lang)} | c.values | c.lang_values.get(lang, {})
+    return MISTAKES[lang][c.mistake].format(**fill)

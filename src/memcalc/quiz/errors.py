@@ -41,7 +41,7 @@ ERRORS: dict[Lang, dict[str, str]] = {
     },
     Lang.ur: {
         "answers.bad": "--answers: جواب نمبر {index} {part!r} ہے؛ ان میں سے کوئی ایک لکھیں: "
-        "a، b، c، d (یا 1-4، یا ا، ب، ج، د)، کوما سے الگ، مثلاً b,d,a,c",
+        "a، b، c، d (یا 1-4، یا الف، ب، ج، د)، کوما سے الگ، مثلاً b,d,a,c",
         "answers.count": "--answers: {want} سوالات کے لیے {got} جوابات ملے؛ ہر سوال کا ایک "
         "جواب دیں",
         "reveal.answers": "--reveal: اسے --answers کے ساتھ نہیں ملایا جا سکتا (اسٹڈی شیٹ میں "

@@ -20,13 +20,13 @@ from memcalc.errors import MemcalcError
 from memcalc.estimate import DEFAULT_MFU, Breakdown, Options, estimate
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import OpGraph, ParamTensor
-from memcalc.plan import candidate_options
 from memcalc.profiles import GpuProfile
 from memcalc.spec.finetune import ALL_LINEAR, LoraSpec, Quantize
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.recompute import Recompute, sqrt_k
+from memcalc.strategies.selection import default_strategies
 
 LORA_RANK = 16
 """The rank the LoRA questions ask about when the learner gave none (``--lora-rank``)."""
@@ -57,13 +57,24 @@ class WeightParts:
     """Elements with a gradient (LoRA: the adapters, and modules trained in full)."""
     trained_bytes: int
     frozen_bytes: int
-    """Bytes of the frozen, unquantized tensors (embeddings, norms, LM head under QLoRA)."""
+    """Bytes of the frozen, unquantized tensors (embeddings, norms, LM head under QLoRA, and
+    a mixture of experts' routed experts)."""
     routed_numel: int
     """Elements of the routed experts' weights (MoE; 0 for a dense model)."""
     routed_active_numel: int
     """The part of them one token uses (top_k of the E experts)."""
     adapter: tuple[str, int, int] | None = None
     """One adapted linear: its name, n_in and n_out (None without LoRA)."""
+    frozen_routed_numel: int = 0
+    """Elements of the routed experts among the frozen, unquantized tensors: HF keeps them as
+    fused ``nn.Parameter`` s (not ``nn.Linear``), which bitsandbytes does not quantize and
+    PEFT's LoRA leaves frozen unless a target names them (``graph/blocks/moe.py``)."""
+    frozen_routed_bytes: int = 0
+    frozen_kinds: tuple[str, ...] = ()
+    """What the other frozen, unquantized tensors are, in this order where present:
+    ``embeddings``, ``norms``, ``lm_head``, ``biases``, ``routers``."""
+    lora_a_numel: int = 0
+    """Elements of the LoRA A matrices (r x n_in each) alone."""
 
     @property
     def total_bytes(self) -> int:
@@ -99,6 +110,8 @@ def weight_parts(spec: ModelSpec, setup: TrainingSetup) -> WeightParts:
     shapes: list[tuple[int, int, int]] = []
     adapter = None
     trained, trained_bytes, frozen_bytes, routed, routed_active = 0, 0, 0, 0, 0
+    frozen_routed, frozen_routed_bytes, lora_a = 0, 0, 0
+    kinds: set[str] = set()
     tensors = _tensors(graph)
     by_name = {w.name: w for w, _ in tensors}
     for w, count in tensors:
@@ -115,8 +128,15 @@ def weight_parts(spec: ModelSpec, setup: TrainingSetup) -> WeightParts:
         elif w.trainable:
             trained += w.numel * count
             trained_bytes += stored
+            if ".lora_A." in w.name:
+                lora_a += w.numel * count
         else:
             frozen_bytes += stored
+            if w.active_numel is not None:
+                frozen_routed += w.numel * count
+                frozen_routed_bytes += stored
+            else:
+                kinds.add(_frozen_kind(w))
         if w.active_numel is not None:
             routed += w.numel * count
             routed_active += w.active_numel * count
@@ -131,7 +151,25 @@ def weight_parts(spec: ModelSpec, setup: TrainingSetup) -> WeightParts:
         routed_numel=routed,
         routed_active_numel=routed_active,
         adapter=adapter,
+        frozen_routed_numel=frozen_routed,
+        frozen_routed_bytes=frozen_routed_bytes,
+        frozen_kinds=tuple(k for k in FROZEN_KINDS if k in kinds),
+        lora_a_numel=lora_a,
     )
+
+
+FROZEN_KINDS = ("embeddings", "norms", "lm_head", "biases", "routers")
+"""What a frozen, unquantized tensor that is not a routed expert can be, in the order a
+sentence lists them."""
+
+
+def _frozen_kind(w: ParamTensor) -> str:
+    """Which of ``FROZEN_KINDS`` a frozen, unquantized tensor is (by its component; a
+    non-bias weight of a block that bitsandbytes left alone is a router's)."""
+    named = {"embedding": "embeddings", "norms": "norms", "head": "lm_head"}
+    if w.component in named:
+        return named[w.component]
+    return "biases" if w.name.endswith(".bias") else "routers"
 
 
 @dataclass(frozen=True)
@@ -194,8 +232,17 @@ class ModelFacts:
 
     @cached_property
     def strategies(self) -> tuple[Breakdown, ...]:
-        """Every recompute x offload candidate of ``memcalc plan``, no strategy first."""
-        return tuple(self.run(o) for o in candidate_options(self.spec.num_layers))
+        """The rows of ``memcalc estimate``'s strategy table for this setup
+        (``default_strategies``), no strategy first: the cheapest of them that fits is the
+        strategy its verdict line names. A row the estimate refuses for this GPU (optimizer
+        offload to NVMe on a profile without local NVMe) is left out, as it cannot be chosen."""
+        out = []
+        for options in default_strategies(self.spec.num_layers, self.setup):
+            try:
+                out.append(self.run(options))
+            except MemcalcError:
+                continue
+        return tuple(out)
 
     # --- fine-tuning: full, LoRA, QLoRA ---------------------------------------------------
 

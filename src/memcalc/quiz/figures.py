@@ -176,11 +176,16 @@ def format_share(fraction: float) -> str:
 
     >>> format_share(8_388_608 / 6_746_804_224), format_share(3 / 11), format_share(0.0)
     ('0.124%', '27.3%', '0.0%')
+    >>> format_share(0.9995), format_share(1.0)
+    ('99.95%', '100.0%')
     """
     percent = 100 * fraction
     if percent == 0:
         return "0.0%"
     digits = max(1, 2 - math.floor(math.log10(abs(percent))))
+    # a share short of the whole is never printed as the whole: 99.95% stays 99.95%
+    while f"{percent:.{digits}f}" == f"{100:.{digits}f}" and percent < 100:
+        digits += 1
     return f"{percent:.{digits}f}%"
 
 

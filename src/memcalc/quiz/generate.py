@@ -15,6 +15,7 @@ from memcalc.quiz import kinds as _kinds  # noqa: F401  (registers the question 
 from memcalc.quiz import kinds_finetune as _finetune  # noqa: F401
 from memcalc.quiz import kinds_moe as _moe  # noqa: F401
 from memcalc.quiz import kinds_parallel as _parallel  # noqa: F401
+from memcalc.quiz import kinds_runtime as _runtime  # noqa: F401
 from memcalc.quiz.bank import Question
 from memcalc.quiz.draft import KINDS, MODEL_ID_PREFIX, Kind, Variation, build, gb_read_as_gib
 from memcalc.quiz.facts import ModelFacts, model_facts

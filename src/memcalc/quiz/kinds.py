@@ -23,6 +23,7 @@ from memcalc.quiz.draft import (
     Variation,
     gb_read_as_gib,
     gb_text,
+    in_units_of,
     label,
     numeric_size,
     pick_options,
@@ -43,7 +44,7 @@ from memcalc.quiz.figures import (
     nice_scale,
     relative_gap,
 )
-from memcalc.quiz.templates import LABELS, TEMPLATES, strategy_label
+from memcalc.quiz.templates import LABELS, TEMPLATES, strategy_label, strategy_phrase
 from memcalc.spec.training import DType, OptimizerKind
 from memcalc.strategies.recompute import Recompute
 from memcalc.units import format_flops, format_seconds
@@ -134,7 +135,7 @@ def _state_sentence_key(kind: OptimizerKind) -> str:
     return {
         OptimizerKind.sgd: "states.none",
         OptimizerKind.sgd_momentum: "states.one",
-        OptimizerKind.lion: "states.one",
+        OptimizerKind.lion: "states.lion",
         OptimizerKind.adam: "states.two",
         OptimizerKind.adamw: "states.two",
         OptimizerKind.adamw_8bit: "states.eight_bit",
@@ -224,14 +225,66 @@ def optimizer_states(f: ModelFacts) -> Draft | None:
     )
 
 
+STATES_IN_RECIPE_DTYPE = (
+    OptimizerKind.sgd_momentum,
+    OptimizerKind.lion,
+    OptimizerKind.adam,
+    OptimizerKind.adamw,
+)
+"""Optimizers whose states are stored in the recipe's optimizer dtype (``optimizer.py``); the
+8-bit states and Adafactor's factored moment keep their own sizes under every recipe."""
+
+
 def _recipe(f: ModelFacts) -> str:
-    """Which explanation of bytes per parameter applies."""
+    """Which sentence says what else the recipe stores per parameter."""
     precision = f.setup.precision
     if precision.is_mixed:
-        return "mixed_adam" if f.setup.optimizer in ADAM_LIKE else "mixed_other"
+        return "mixed"
     if precision.is_amp:
         return "amp"
     return "fp32" if precision.value == "fp32" else "pure16"
+
+
+def bytes_text(x: float) -> str:
+    """Bytes per parameter as an explanation writes them: whole numbers bare, fractions with
+    two decimals, tiny fractions (Adafactor's factored moment) with two significant digits.
+
+    >>> bytes_text(8.0), bytes_text(2.0039), bytes_text(0.00171)
+    ('8', '2.00', '0.0017')
+    """
+    if float(x).is_integer():
+        return str(int(x))
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.2g}"
+
+
+def _bpp_words(f: ModelFacts, states: float, master: float) -> dict[Lang, dict[str, str]]:
+    """The sentences of the bytes-per-parameter explanation: what the optimizer's share is
+    made of for this optimizer and recipe (every figure from the optimizer's own bytes), and
+    the published counts only where they are this recipe's (Adam-type, mixed precision)."""
+    setup = f.setup
+    adam_mixed = setup.optimizer in ADAM_LIKE and setup.precision.is_mixed
+    parts = TEMPLATES["bytes-per-param"]
+    fill = {
+        "s": bytes_text(states),
+        "state_dtype": setup.optimizer_dtype.value,
+        "optimizer": setup.optimizer.value,
+        "weight_dtype": setup.weight_dtype.value,
+        "precision": setup.precision.value,
+    }
+
+    def words(lang: Lang) -> dict[str, str]:
+        tpl = parts[lang].parts
+        share = tpl[f"states.{setup.optimizer.value}"].format(**fill)
+        if master:
+            share = tpl["with_master_share"].format(states=share)
+        return {
+            "optimizer_sentence": tpl["share"].format(share=share),
+            "recipe_sentence": tpl[_recipe(f)].format(**fill),
+            "reference_sentence": tpl["counts"] if adam_mixed else "",
+            "prompt_states": tpl["with_master" if setup.precision.is_mixed else "no_master"],
+        }
+
+    return both(words)
 
 
 @question_kind(
@@ -243,7 +296,10 @@ def _recipe(f: ModelFacts) -> str:
 )
 def bytes_per_param(f: ModelFacts) -> Draft | None:
     """Weights + gradients + optimizer states (+ master weights) per parameter; full
-    training only (under LoRA most parameters have no gradient or state)."""
+    training only (under LoRA most parameters have no gradient or state). Every distractor
+    is a count someone makes for this optimizer and recipe; the published counts (Megatron's
+    18 and 20, the ZeRO paper's 16) are named only for Adam-type optimizers under mixed
+    precision, the recipes they count."""
     if f.fine_tuned:
         return None
     b, setup = f.base, f.setup
@@ -251,41 +307,45 @@ def bytes_per_param(f: ModelFacts) -> Draft | None:
     w, g = setup.weight_dtype.itemsize, setup.gradient_dtype.itemsize
     detail = b.optimizer_detail
     master = detail.master_weight_bytes / p
-    o = detail.state_bytes / p + master
+    states = detail.state_bytes / p
+    o = states + master
     n = w + g + o
+    adam = setup.optimizer in ADAM_LIKE
+    mixed = setup.precision.is_mixed
+    follows = setup.optimizer in STATES_IN_RECIPE_DTYPE
+    state_size = setup.optimizer_dtype.itemsize
 
     def per_param(x: float, mistake: str = "") -> Choice:
         c = label("bytes_per_param", mistake, n=format_count(x))
         return Choice(c.en, c.ur, value=round(x, 2), mistake=mistake)
 
-    recipe = _recipe(f)
+    named = ".counted" if adam and mixed else ""
     candidates = []
-    if recipe.startswith("mixed"):
-        other_g = 4 if g != 4 else w
-        key = "bpp.grads_16bit" if g == 4 else "bpp.grads_fp32"
-        candidates += [
-            per_param(n - g + other_g, key),
-            per_param(n - master, "bpp.forgot_master"),
-            per_param(w + w + 4 + o, "bpp.grad_copy"),
-        ]
+    # the optimizer's own slip first: its states counted as Adam's, or 8-bit ones at full size
+    if setup.optimizer is OptimizerKind.adamw_8bit:
+        candidates.append(per_param(n - states + 2 * state_size, "bpp.states_full_size"))
+    elif not adam:
+        candidates.append(per_param(n - states + 2 * state_size, "bpp.adam_states"))
+    if mixed:
+        if g == 4:
+            candidates.append(per_param(n - 2, "bpp.grads_16bit" + named))
+        else:
+            candidates.append(per_param(n + 2, "bpp.grads_fp32" + named))
+        candidates.append(per_param(n - master, "bpp.forgot_master"))
+        candidates.append(per_param(w + 2 + 4 + o, "bpp.grad_copy" + named))
     else:
         candidates.append(per_param(n + 4, "bpp.no_master_here"))
-        if setup.optimizer_dtype.itemsize != 4 and detail.state_bytes:
-            candidates.append(per_param(n + detail.state_bytes / p, "bpp.states_fp32"))
-    if setup.optimizer not in ADAM_LIKE:
-        adam_states = 2 * setup.optimizer_dtype.itemsize
-        candidates.append(per_param(n - detail.state_bytes / p + adam_states, "bpp.adam_states"))
+        if follows and state_size != 4 and states:
+            candidates.append(per_param(n - states + states * 4 / state_size, "bpp.states_fp32"))
     if w != 4:
-        states_fp32 = detail.state_bytes / p * 4 / setup.optimizer_dtype.itemsize
+        states_fp32 = states * 4 / state_size if follows else states
         candidates.append(per_param(4 + 4 + states_fp32, "bpp.as_fp32"))
-        if not setup.precision.is_mixed:
+        if not mixed and not setup.precision.is_amp:
             candidates.append(per_param(w + 4 + 4 + states_fp32, "bpp.as_mixed"))
-    candidates += [
-        per_param(n - g, "bpp.forgot_grads"),
-        per_param(w + g, "bpp.forgot_optimizer") if o else per_param(2 * n, "double"),
-        per_param(2 * n, "double"),
-        per_param(n / 2, "half"),
-    ]
+    candidates.append(per_param(n - g, "bpp.forgot_grads"))
+    if o:
+        candidates.append(per_param(w + g, "bpp.forgot_optimizer"))
+    candidates += [per_param(2 * n, "double"), per_param(n / 2, "half")]
     approx = "=" if float(n).is_integer() else "≈"
     return Draft(
         per_param(n),
@@ -293,21 +353,14 @@ def bytes_per_param(f: ModelFacts) -> Draft | None:
         values={
             "w": str(w),
             "g": str(g),
-            "o": format_count(o),
+            "o": bytes_text(o),
+            "s": bytes_text(states),
+            "full_states": str(2 * state_size),
             "n": format_count(n),
             "approx": approx,
             "total": size_text(choose_scale([n * p]), n * p),
         },
-        lang_values=both(
-            lambda lang: {
-                "recipe_sentence": TEMPLATES["bytes-per-param"][lang]
-                .parts[recipe]
-                .format(weight_dtype=setup.weight_dtype.value),
-                "prompt_states": TEMPLATES["bytes-per-param"][lang].parts[
-                    "with_master" if setup.precision.is_mixed else "no_master"
-                ],
-            }
-        ),
+        lang_values=_bpp_words(f, states, master),
         numeric=Numeric(value=round(n, 2), unit=AnswerUnit.bytes, tolerance=0.02),
     )
 
@@ -484,8 +537,6 @@ def full_recompute_flops(f: ModelFacts) -> Draft:
         _percent(1.0, "flops.whole_step"),
         _percent(0.5, "flops.against_backward"),
         _percent(2 / 3, "flops.two_forwards"),
-        _percent(2 * value, "double"),
-        _percent(value / 2, "half"),
     ]
     if not close:
         candidates.insert(1, _percent(1 / 3, "flops.textbook"))
@@ -575,12 +626,14 @@ def sqrt_flops(f: ModelFacts) -> Draft | None:
     value = sq.extra_flops_fraction
     if value <= 0 or relative_gap(value, full.extra_flops_fraction) > 1e-9:
         return None
+    # replaying from the checkpoint up to each block for that block's backward runs
+    # 1 + 2 + ... + k = k(k + 1)/2 block forwards per segment of k: (k + 1)/2 times the cost;
+    # rebuilding the whole segment for each block's backward is k times it
     candidates = [
         _percent(value / k, "sqrt.flops_per_k"),
         _percent(0.0, "sqrt.flops_free"),
         _percent(value * (k + 1) / 2, "sqrt.flops_per_block"),
-        _percent(2 * value, "double"),
-        _percent(value / 2, "half"),
+        _percent(value * k, "sqrt.flops_segment_per_block"),
     ]
     worst = [sq.activation_plan.peak_activation_bytes, full.activation_plan.peak_activation_bytes]
     scale = choose_scale([*worst, f.base.activation_bytes])
@@ -768,7 +821,9 @@ def fits(f: ModelFacts) -> Draft:
         fit: bool | None = None,
         values: dict[str, str] | None = None,
     ) -> Choice:
-        ok = num_bytes <= memory if fit is None else fit
+        # a peak of this size is judged as the estimate judges its own: within the usable
+        # memory (the device's less the --headroom reserve)
+        ok = num_bytes <= b.usable_bytes if fit is None else fit
         verdict = "fits" if ok else "does_not_fit"
         en, ur = (
             LABELS[lang]["peak_verdict"].format(
@@ -792,8 +847,15 @@ def fits(f: ModelFacts) -> Draft:
         (gb_read_as_gib(value), "gb_as_gib", {"gb": gb_text(value)}),
         *size_fallbacks(value),
     ]
-    distractors = [peak(x, k, values=v) for x, k, v in candidates if scale.readable(x)]
-    distractors.insert(4, peak(value, "fits.verdict", fit=not b.fits))
+    # the right size with the other verdict comes first, so "does not fit" is always offered
+    # beside a "fits" answer and the other way round; inside the headroom band (over the
+    # usable memory, within the device's) that verdict is the headroom forgotten
+    in_band = b.usable_bytes < value <= memory
+    verdict_slip = "fits.headroom_forgotten" if in_band else "fits.verdict"
+    distractors = [peak(value, verdict_slip, fit=not b.fits)]
+    distractors += [
+        peak(x, k, values=v) for x, k, v in in_units_of(scale, candidates) if scale.readable(x)
+    ]
     names = [
         "term.parameters",
         "term.gradients",
@@ -848,6 +910,7 @@ def fits(f: ModelFacts) -> Draft:
             "sum_value": size_text(scale, sum_all),
             "gpu_memory": size_text(scale, memory),
             "reserve": size_text(scale, b.reserve_bytes),
+            "usable": size_text(scale, b.usable_bytes),
         },
         lang_values=both(words),
         numeric=numeric_size(scale, value),
@@ -867,6 +930,12 @@ MAX_TIES_NAMED = 3
 """Strategies as cheap as the answer named in its explanation (the rest are counted)."""
 
 
+def closest_miss(candidates: tuple[Breakdown, ...]) -> Breakdown:
+    """The strategy that misses by the least, as ``memcalc estimate``'s verdict names it:
+    the least over the usable GPU memory, then the least over host RAM and NVMe."""
+    return min(candidates, key=lambda b: (b.over_gpu_bytes, b.over_host_bytes + b.over_nvme_bytes))
+
+
 @question_kind(
     "cheapest-fit",
     concept="offload-complements-recompute",
@@ -874,13 +943,17 @@ MAX_TIES_NAMED = 3
     difficulty=Difficulty.hard,
 )
 def cheapest_fit_question(f: ModelFacts) -> Draft:
-    """The fitting strategy with the least added time (``memcalc.plan.cheapest_fit``), or
-    "none fits". The prompt says how ties are broken; strategies that cost about the same as
-    the answer (within the margin) are never offered as wrong options, and the explanation
-    names them."""
+    """The fitting strategy with the least added time (``memcalc.plan.cheapest_fit``) among
+    the strategies ``memcalc estimate`` compares for this setup (``ModelFacts.strategies``),
+    so the answer is the strategy its verdict line names -- or "none fits" when it says
+    nothing fits. The prompt says how ties are broken; strategies that cost about the same
+    as the answer (within the margin) are never offered as wrong options, and the
+    explanation names them."""
     candidates, memory = f.strategies, f.gpu.memory_bytes
     answer = cheapest_fit(candidates)
-    scale = choose_scale([b.peak_bytes for b in candidates] + [memory])
+    base = candidates[0]
+    scale = choose_scale([b.peak_bytes for b in candidates] + [memory, base.usable_bytes])
+    host = choose_scale([b.host_bytes_per_node for b in candidates] + [base.host_memory_per_node])
 
     def peak_of(b: Breakdown) -> str:
         return size_text(scale, b.peak_bytes)
@@ -891,7 +964,6 @@ def cheapest_fit_question(f: ModelFacts) -> Draft:
         cost, best = added_seconds(b), added_seconds(answer)
         return not far_apart(cost, best) or abs(cost - best) < 1e-4
 
-    base = candidates[0]
     ties = [b for b in candidates if tied(b)]
     distractors: list[Choice] = []
     answer_cost = format_seconds(added_seconds(answer)) if answer else ""
@@ -903,10 +975,21 @@ def cheapest_fit_question(f: ModelFacts) -> Draft:
         if b is answer or b in ties:
             continue
         if not b.fits:
-            key = "cheap.base_not_fit" if b is base else "cheap.not_fit"
-            if b is full_alone:
+            if not b.over_gpu_bytes:
+                key = "cheap.host_not_fit"
+            elif b is full_alone:
                 key = "cheap.recompute_alone"
-            distractors.append(_strategy(b, key, peak=peak_of(b)))
+            else:
+                key = "cheap.base_not_fit" if b is base else "cheap.not_fit"
+            distractors.append(
+                _strategy(
+                    b,
+                    key,
+                    peak=peak_of(b),
+                    host=size_text(host, b.host_bytes_per_node),
+                    host_memory=size_text(host, b.host_memory_per_node),
+                )
+            )
         elif answer is base:
             distractors.append(
                 _strategy(b, "cheap.unneeded", cost=format_seconds(added_seconds(b)))
@@ -931,30 +1014,41 @@ def cheapest_fit_question(f: ModelFacts) -> Draft:
         (b for b in candidates if b.fits and b is not answer and b not in ties),
         key=lambda b: (added_seconds(b), b.peak_bytes),
     )[:2]
-    best = min(candidates, key=lambda b: b.peak_bytes)
+    closest = closest_miss(candidates)
+
+    def cost_items(rows: list[Breakdown], lang: Lang) -> list[str]:
+        return [
+            LABELS[lang]["cost_item"].format(
+                label=strategy_label(b.options, lang),
+                peak=peak_of(b),
+                cost=format_seconds(added_seconds(b)),
+            )
+            for b in rows
+        ]
 
     def words(lang: Lang) -> dict[str, str]:
         parts, w = TEMPLATES["cheapest-fit"][lang].parts, LABELS[lang]
         fill = {
             "base_peak": peak_of(base),
             "gpu_memory": size_text(scale, memory, lang),
+            "usable": size_text(scale, base.usable_bytes, lang),
             "answer_cost": answer_cost,
         }
         if answer is None:
-            body = parts["none"].format(
-                **fill, best=strategy_label(best.options, lang), best_peak=peak_of(best)
+            miss = "none" if closest.over_gpu_bytes else "none_host"
+            body = parts[miss].format(
+                **fill,
+                best=strategy_label(closest.options, lang),
+                best_after=strategy_phrase(closest.options, lang),
+                best_peak=peak_of(closest),
+                host=size_text(host, closest.host_bytes_per_node, lang),
+                host_memory=size_text(host, closest.host_memory_per_node, lang),
             )
+            body += " " + parts["advice_batch" if f.setup.batch > 1 else "advice"]
         elif answer is base:
             body = parts["already"].format(**fill)
         else:
-            others = w["list_join"].join(
-                w["cost_item"].format(
-                    label=strategy_label(b.options, lang),
-                    peak=peak_of(b),
-                    cost=format_seconds(added_seconds(b)),
-                )
-                for b in next_cheapest
-            )
+            others = w["list_join"].join(cost_items(next_cheapest, lang))
             body = parts["cheapest"].format(
                 **fill,
                 answer=strategy_label(answer.options, lang),
@@ -965,14 +1059,7 @@ def cheapest_fit_question(f: ModelFacts) -> Draft:
                 else parts["lesson"].format(full_peak=peak_of(full_alone)),
             )
         if ties:
-            items = [
-                w["cost_item"].format(
-                    label=strategy_label(b.options, lang),
-                    peak=peak_of(b),
-                    cost=format_seconds(added_seconds(b)),
-                )
-                for b in ties[:MAX_TIES_NAMED]
-            ]
+            items = cost_items(ties[:MAX_TIES_NAMED], lang)
             if len(ties) > MAX_TIES_NAMED:
                 items.append(w["more_items"].format(n=len(ties) - MAX_TIES_NAMED))
             body += " " + parts["ties"].format(items=w["list_join"].join(items))
@@ -980,6 +1067,10 @@ def cheapest_fit_question(f: ModelFacts) -> Draft:
             "body": body.strip(),
             "answer_label": strategy_label(answer.options, lang) if answer else "",
             "answer_peak": peak_of(answer) if answer else "",
+            "strategies": w["list_join"].join(
+                strategy_label(b.options, lang) if b is not base else w["no_strategy"]
+                for b in candidates
+            ),
         }
 
     return Draft(

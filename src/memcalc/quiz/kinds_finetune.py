@@ -28,7 +28,7 @@ from memcalc.quiz.draft import (
     size_fallbacks,
     size_text,
 )
-from memcalc.quiz.facts import ModelFacts
+from memcalc.quiz.facts import ModelFacts, WeightParts
 from memcalc.quiz.figures import (
     Sum,
     choose_scale,
@@ -108,14 +108,16 @@ def lora_trainable(f: ModelFacts) -> Draft | None:
             candidates.append(
                 _share(every.params.trainable / every.params.total, "lora.all_linear")
             )
+    parts = f.weights(setup)
+    layers = f.spec.num_layers
     candidates += [
         _share(lora.rank / h, "lora.rank_over_width", hidden=str(h)),
-        _share(1 - value, "lora.frozen_share"),
-        _share(1.0, "lora.everything"),
-        _share(2 * value, "double"),
-        _share(value / 2, "half"),
+        _share(parts.lora_a_numel / p.total, "lora.a_only"),
+        _share(p.trainable / layers / p.total, "lora.one_layer"),
     ]
-    parts = f.weights(setup)
+    if b.parameter_bytes and parts.trained_bytes:
+        candidates.append(_share(parts.trained_bytes / b.parameter_bytes, "lora.bytes_share"))
+    candidates += [_share(1 - value, "lora.frozen_share"), _share(1.0, "lora.everything")]
     states = b.gradient_bytes + b.optimizer_bytes
     scale = choose_scale([states])
     adapter = parts.adapter
@@ -167,14 +169,16 @@ def lora_states(f: ModelFacts) -> Draft | None:
         return None
     full_states = full.gradient_bytes + full.optimizer_bytes
     master = b.optimizer_detail.master_weight_bytes
+    # the frozen weights alone: the adapters (trained) are not among them
+    frozen = b.parameter_bytes - f.weights(setup).trained_bytes
     total = Sum(((1, grads), (1, opt)), value)
     scale = choose_scale([value, grads, opt, master])
-    large = choose_scale([full_states, b.parameter_bytes])
+    large = choose_scale([full_states, frozen])
     shown = {
         "grads": size_text(scale, grads),
         "opt": size_text(scale, opt),
         "full": size_text(large, full_states),
-        "weights": size_text(large, b.parameter_bytes),
+        "weights": size_text(large, frozen),
         "master": size_text(scale, master),
     }
     candidates: list[tuple[float, str, dict[str, str]]] = [
@@ -186,7 +190,7 @@ def lora_states(f: ModelFacts) -> Draft | None:
     if grads and opt:
         candidates.append((opt, "lora.forgot_grads", {}))
     candidates += [
-        (value + b.parameter_bytes, "lora.with_weights", {}),
+        (value + frozen, "lora.with_weights", {}),
         (gb_read_as_gib(value), "gb_as_gib", {"gb": gb_text(value)}),
         *size_fallbacks(value),
     ]
@@ -310,20 +314,27 @@ def qlora_base_bytes(f: ModelFacts) -> Draft | None:
         ]
     candidates += [(gb_read_as_gib(value), "gb_as_gib", {"gb": gb_text(value)})]
     candidates += size_fallbacks(value)
-    scale = choose_scale([value, parts.frozen_bytes, sixteen])
+    others = parts.frozen_bytes - parts.frozen_routed_bytes
+    scale = choose_scale([value, sixteen] + [x for x in (others, parts.frozen_routed_bytes) if x])
     shown = {
         "quantized": f"{n:,}",
         "tensors": str(parts.quantized_tensors),
         "per_param": _BYTES_PER_PARAM[quant],
         "sixteen": size_text(scale, sixteen),
         "frozen_b": size_text(scale, parts.frozen_bytes),
+        "others_b": size_text(scale, others),
+        "experts_b": size_text(scale, parts.frozen_routed_bytes),
     }
     storage = {Quantize.fp4: "nf4"}.get(quant, quant.value.replace("-", "_"))
 
     def words(lang: Lang) -> dict[str, str]:
         tpl = TEMPLATES["qlora-base-bytes"][lang].parts
-        fill = shown | lora_words(f, setup)[lang]
-        return {"storage_sentence": tpl[storage].format(**fill)}
+        fill = shown | lora_words(f, setup)[lang] | {"kinds": frozen_words(parts, lang)}
+        unquantized = "unquantized_experts" if parts.frozen_routed_bytes else "unquantized"
+        return {
+            "storage_sentence": tpl[storage].format(**fill),
+            "unquantized_sentence": tpl[unquantized].format(**fill) if parts.frozen_bytes else "",
+        }
 
     return Draft(
         size(scale, value),
@@ -334,8 +345,29 @@ def qlora_base_bytes(f: ModelFacts) -> Draft | None:
     )
 
 
-_PARTS = ("base", "frozen", "adapters", "activations")
-"""The four parts of QLoRA memory the ``qlora-largest`` question compares."""
+_PARTS = ("base", "experts", "frozen", "adapters", "activations")
+"""The parts of QLoRA memory the ``qlora-largest`` question compares (``experts``: a mixture
+of experts' routed experts, which stay unquantized; absent for a dense model)."""
+
+
+def frozen_words(parts: WeightParts, lang: Lang) -> str:
+    """The frozen, unquantized tensors other than routed experts, in words (e.g.
+    ``embeddings, norms, LM head``)."""
+    words = LABELS[lang]
+    return words["list_sep"].join(words[f"frozen.{k}"] for k in parts.frozen_kinds)
+
+
+def experts_sentence(f: ModelFacts, parts: WeightParts, lang: Lang, size: str) -> str:
+    """Why a mixture of experts' routed experts stay unquantized and frozen under QLoRA
+    (empty for a dense model): their storage dtype is read from their bytes."""
+    if not parts.frozen_routed_numel:
+        return ""
+    tpl = TEMPLATES["qlora-largest"][lang].parts
+    itemsize = parts.frozen_routed_bytes // parts.frozen_routed_numel
+    upcast = ""
+    if itemsize == 4 and f.setup.weight_dtype.itemsize != 4:
+        upcast = tpl["upcast"]
+    return tpl["experts"].format(experts_b=size, upcast=upcast)
 
 
 @question_kind(
@@ -346,24 +378,26 @@ _PARTS = ("base", "frozen", "adapters", "activations")
     variation=Variation.batch,
 )
 def qlora_largest(f: ModelFacts) -> Draft | None:
-    """The largest of the quantized base, the unquantized weights, the adapters with their
-    gradients and optimizer states, and the activations (no recompute); left out when the
-    two largest are within the margin."""
+    """The largest of the quantized base, the routed experts (a mixture of experts: left
+    unquantized), the other unquantized weights, the adapters with their gradients and
+    optimizer states, and the activations (no recompute); left out when the two largest are
+    within the margin."""
     b, setup = f.qlora, f.qlora_setup
     if b is None or setup is None or not _plain_lora(setup):
         return None
     parts = f.weights(setup)
     adapters = parts.trained_bytes + b.gradient_bytes + b.optimizer_bytes
-    sizes = dict(
-        zip(
-            _PARTS,
-            (parts.quantized_bytes, parts.frozen_bytes, adapters, b.activation_bytes),
-            strict=True,
-        )
-    )
-    if not all(sizes.values()):
+    all_sizes = {
+        "base": parts.quantized_bytes,
+        "experts": parts.frozen_routed_bytes,
+        "frozen": parts.frozen_bytes - parts.frozen_routed_bytes,
+        "adapters": adapters,
+        "activations": b.activation_bytes,
+    }
+    sizes = {name: v for name, v in all_sizes.items() if v}
+    if len(sizes) < 4 or not all_sizes["base"]:
         return None
-    ranked = sorted(_PARTS, key=lambda name: -sizes[name])
+    ranked = sorted(sizes, key=lambda name: -sizes[name])
     largest = ranked[0]
     if not far_apart(sizes[largest], sizes[ranked[1]]):
         return None
@@ -372,8 +406,14 @@ def qlora_largest(f: ModelFacts) -> Draft | None:
     checkpointed = f.under(setup, Options(recompute=Recompute.full))
     words_of = lora_words(f, setup)
 
+    def fill(lang: Lang) -> dict[str, str]:
+        return words_of[lang] | {"kinds": frozen_words(parts, lang)}
+
     def part_label(name: str, lang: Lang) -> str:
-        return LABELS[lang][f"qlora.{name}"].format(**words_of[lang])
+        return LABELS[lang][f"qlora.{name}"].format(**fill(lang))
+
+    def term(name: str, lang: Lang) -> str:
+        return LABELS[lang][f"term.qlora.{name}"].format(**fill(lang))
 
     def option(name: str, mistake: str = "") -> Choice:
         return Choice(
@@ -382,13 +422,14 @@ def qlora_largest(f: ModelFacts) -> Draft | None:
             mistake=mistake,
             values={"size": shown[name]},
             lang_values={
-                lang: {"term": LABELS[lang][f"term.qlora.{name}"].format(**words_of[lang])}
+                lang: {"term": term(name, lang), "takes": LABELS[lang][f"takes.{name}"]}
                 for lang in Lang
             },
         )
 
     def words(lang: Lang) -> dict[str, str]:
         tpl = TEMPLATES["qlora-largest"][lang].parts
+        w = LABELS[lang]
         ckpt = (
             tpl["checkpointing"].format(
                 checkpointed=size_text(scale, checkpointed.activation_bytes)
@@ -396,21 +437,22 @@ def qlora_largest(f: ModelFacts) -> Draft | None:
             if checkpointed is not None
             else ""
         )
+        listed = w["list_join"].join(
+            w["part_size"].format(part=term(name, lang), size=shown[name]) for name in sizes
+        )
         return {
+            "parts": listed,
             "largest": part_label(largest, lang),
-            "largest_term": LABELS[lang][f"term.qlora.{largest}"].format(**words_of[lang]),
+            "largest_term": term(largest, lang),
+            "largest_takes": LABELS[lang][f"takes.{largest}"],
+            "lesson": tpl[f"lesson.{largest}"],
+            "experts_sentence": experts_sentence(f, parts, lang, shown.get("experts", "")),
             "checkpointing_sentence": ckpt,
         }
 
     return Draft(
         option(largest),
         [option(name, "qlora.smaller") for name in ranked[1:]],
-        values={f"{name}_b": shown[name] for name in _PARTS}
-        | {
-            "largest_b": shown[largest],
-            "ratio": format_share(adapters / parts.quantized_bytes)
-            if parts.quantized_bytes
-            else "",
-        },
+        values={"largest_b": shown[largest]},
         lang_values=_merge(words_of, both(words)),
     )

@@ -24,7 +24,14 @@ from memcalc.quiz.draft import (
     size_text,
 )
 from memcalc.quiz.facts import DP_RANKS, ModelFacts
-from memcalc.quiz.figures import Sum, choose_scale, format_params, params_value
+from memcalc.quiz.figures import (
+    Sum,
+    choose_scale,
+    far_apart,
+    format_params,
+    format_share,
+    params_value,
+)
 from memcalc.quiz.kinds import both, sum_words
 from memcalc.quiz.kinds_parallel import STATE_TERMS, model_states
 from memcalc.quiz.templates import TEMPLATES
@@ -145,5 +152,66 @@ def moe_states(f: ModelFacts) -> Draft | None:
             "dense": size_text(scale, dense),
         },
         lang_values=both(words),
+        numeric=numeric_size(scale, value),
+    )
+
+
+EP_DEGREES = (8, 4, 2)
+"""Expert-parallel sizes the question tries, largest first: the first that divides the
+number of experts is asked about, over as many data-parallel GPUs."""
+
+
+@question_kind(
+    "expert-parallel-states",
+    concept="expert-parallel-shards-experts",
+    topic=Topic.moe,
+    difficulty=Difficulty.hard,
+)
+def expert_parallel_states(f: ModelFacts) -> Draft | None:
+    """Model states per GPU with expert parallelism over ep data-parallel GPUs: each keeps
+    E / ep of every MoE layer's routed experts and all of the rest (``Sharding.expert_gpus``,
+    ``strategies/placement.py``), against plain data parallelism over the same GPUs."""
+    moe = f.spec.moe
+    if moe is None or f.fine_tuned:
+        return None
+    ep = next((e for e in EP_DEGREES if moe.num_experts % e == 0), None)
+    if ep is None:
+        return None
+    split, whole = f.laid_out(dp=ep, ep=ep), f.laid_out(dp=ep)
+    if split is None or whole is None:
+        return None
+    value, before = model_states(split), model_states(whole)
+    if not far_apart(value, before):
+        return None
+    experts = f.experts
+    routed_share = experts.routed_numel / f.base.params.total if experts else 0.0
+    scale = choose_scale([value, before, before / ep, before * routed_share / ep])
+    candidates: list[tuple[float, str, dict[str, str]]] = [
+        (before, "ep.not_split", {}),
+        (before / ep, "ep.all_divided", {}),
+        (before * routed_share / ep, "ep.experts_only", {}),
+        (gb_read_as_gib(value), "gb_as_gib", {"gb": gb_text(value)}),
+        *size_fallbacks(value),
+    ]
+    return Draft(
+        size(scale, value),
+        readable_sizes(scale, candidates),
+        values={
+            "ep": str(ep),
+            "experts": str(moe.num_experts),
+            "per_rank": str(moe.num_experts // ep),
+            "before": size_text(scale, before),
+            "acts_whole": size_text(scale, whole.activation_bytes),
+            "acts_split": size_text(scale, split.activation_bytes),
+            "routed_share": format_share(routed_share),
+            "imbalance": f"{f.setup.moe_imbalance:g}",
+        },
+        lang_values=both(
+            lambda lang: {
+                "shared_note": TEMPLATES["moe-active"][lang].parts[
+                    "shared" if _has_shared_experts(f) else "no_shared"
+                ]
+            }
+        ),
         numeric=numeric_size(scale, value),
     )

@@ -11,6 +11,7 @@ eager attention under cp) leaves its question out.
 from __future__ import annotations
 
 from memcalc.estimate import Breakdown
+from memcalc.graph.lower import lower_cached
 from memcalc.quiz.bank import Difficulty, Lang, Topic
 from memcalc.quiz.draft import (
     Choice,
@@ -312,4 +313,142 @@ def cp_per_rank(f: ModelFacts) -> Draft | None:
             "acts_c": size_text(scale, acts_c),
             "states_c": size_text(scale, states_c),
         },
+    )
+
+
+FSDP_RANKS = 8
+"""Data-parallel GPUs the ZeRO-3 / FSDP question shards over (one node)."""
+
+
+def _block_bytes(f: ModelFacts, setup_weight_itemsize: int) -> tuple[int, int]:
+    """(bytes of one block's weights, bytes of FSDP2's root group: everything outside the
+    blocks -- embedding, final norm, LM head), from the op graph's block kinds."""
+    graph = lower_cached(f.spec, f.setup.replace(dropout=None))
+    blocks = sum(k.param_numel * c for k, c in zip(graph.kinds, graph.kind_counts, strict=True))
+    root = f.base.params.total - blocks
+    return graph.kinds[0].param_numel * setup_weight_itemsize, root * setup_weight_itemsize
+
+
+@question_kind(
+    "fsdp-gathered-weights",
+    concept="fsdp-all-gather-buffers",
+    topic=Topic.sharding,
+    difficulty=Difficulty.hard,
+)
+def fsdp_gathered_weights(f: ModelFacts) -> Draft | None:
+    """Weights on one GPU at the step's peak under ZeRO-3 / FSDP2: its 1/N shard of every
+    weight plus the full weights all-gathered at that moment -- the root group's (kept from
+    the forward to the end of backward) and the running block's, with the next block's
+    prefetched in backward (``timeline.py``, FSDP2). Left out when nothing is gathered at the
+    peak (a peak in the optimizer step) or the layout is refused."""
+    if f.fine_tuned:
+        return None
+    b = f.laid_out(dp=FSDP_RANKS, zero=3)
+    if b is None or len(set(k.param_numel for k in lower_cached(f.spec, f.setup).kinds)) != 1:
+        return None
+    shard = b.parameter_bytes + b.buffer_bytes
+    value = b.peak.parameter_bytes
+    gathered = value - shard
+    if gathered <= 0:
+        return None
+    block, root = _block_bytes(f, f.setup.weight_dtype.itemsize)
+    blocks = gathered - root
+    if block <= 0 or blocks < 0 or blocks % block:
+        return None
+    held = blocks // block
+    total = Sum(((1, shard), (1, root), (held, block)), value)
+    scale = choose_scale([value, shard, root, block, f.base.parameter_bytes], [total])
+    candidates: list[tuple[float, str, dict[str, str]]] = [
+        (shard, "fsdp.shard_only", {}),
+        (shard + block, "fsdp.one_block", {}),
+        (f.base.parameter_bytes, "fsdp.unsharded", {}),
+        (gb_read_as_gib(value), "gb_as_gib", {"gb": gb_text(value)}),
+        *size_fallbacks(value),
+    ]
+
+    def words(lang: Lang) -> dict[str, str]:
+        tpl = TEMPLATES["fsdp-gathered-weights"][lang].parts
+        grads = "grads" if b.peak.gradient_bytes else "no_grads"
+        return {
+            "sum": sum_words(scale, lang, total, ["fsdp.shard", "fsdp.root", "fsdp.blocks"]),
+            "blocks_sentence": tpl["two" if held == 2 else "one"],
+            "grads_sentence": tpl[grads].format(
+                peak_grads=size_text(scale, b.peak.gradient_bytes, lang),
+                grads_shard=size_text(scale, b.gradient_bytes, lang),
+            ),
+        }
+
+    return Draft(
+        size(scale, value),
+        readable_sizes(scale, candidates),
+        values={
+            "gpus": str(FSDP_RANKS),
+            "shard": size_text(scale, shard),
+            "root": size_text(scale, root),
+            "block": size_text(scale, block),
+            "full": size_text(scale, f.base.parameter_bytes),
+            "peak_grads": size_text(scale, b.peak.gradient_bytes),
+            "grads_shard": size_text(scale, b.gradient_bytes),
+            "where": b.peak.where,
+        },
+        lang_values=both(words),
+        numeric=numeric_size(scale, value),
+    )
+
+
+VIRTUAL_STAGES = 2
+"""Virtual stages per GPU the interleaved-pipeline question asks about (v)."""
+
+
+@question_kind(
+    "interleaved-pipeline",
+    concept="interleaved-pipeline-tradeoff",
+    topic=Topic.parallel,
+    difficulty=Difficulty.hard,
+    variation=Variation.depth,
+)
+def interleaved_pipeline(f: ModelFacts) -> Draft | None:
+    """The first stage's activations at its first backward under interleaved 1F1B (v virtual
+    stages per GPU): Megatron's penalty 1 + (p - 1) / (p v) on its p micro-batches
+    (``strategies/pipeline.in_flight``), against plain 1F1B; the bubble shrinks by v."""
+    shape = pipeline_shape(f)
+    if shape is None:
+        return None
+    p, m = shape
+    v = VIRTUAL_STAGES
+    if f.spec.num_layers < p * v:
+        return None
+    plain = f.laid_out(pp=p, microbatches=m)
+    inter = f.laid_out(pp=p, microbatches=m, vpp=v)
+    if plain is None or inter is None or plain.time is None or inter.time is None:
+        return None
+    if len(plain.stages) != p or len(inter.stages) != p:
+        return None
+    value, before = inter.stages[0].activation_bytes, plain.stages[0].activation_bytes
+    held, _ = in_flight(0, Parallelism(pp=p, microbatches=m, vpp=v))
+    plain_held, _ = in_flight(0, Parallelism(pp=p, microbatches=m))
+    scale = choose_scale([value, before, before / v, before * v])
+    candidates: list[tuple[float, str, dict[str, str]]] = [
+        (before, "ilv.same", {}),
+        (before / v, "ilv.divided", {}),
+        (before * v, "ilv.times_v", {}),
+        (gb_read_as_gib(value), "gb_as_gib", {"gb": gb_text(value)}),
+        *size_fallbacks(value),
+    ]
+    return Draft(
+        size(scale, value),
+        readable_sizes(scale, candidates),
+        values={
+            "p": str(p),
+            "m": str(m),
+            "v": str(v),
+            "p1": str(p - 1),
+            "pv": str(p * v),
+            "held": str(held),
+            "plain_held": str(plain_held),
+            "before": size_text(scale, before),
+            "bubble_plain": format_share(_bubble(plain)),
+            "bubble_inter": format_share(_bubble(inter)),
+        },
+        numeric=numeric_size(scale, value),
     )

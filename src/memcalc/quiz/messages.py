@@ -11,13 +11,14 @@ from memcalc.quiz.bank import Difficulty, Lang, Topic
 
 MESSAGES: dict[Lang, dict[str, str]] = {
     Lang.en: {
-        "header": "memcalc quiz: {count} questions. Your model: {model} (batch {batch}, "
+        "header": "memcalc quiz: {questions}. Your model: {model} (batch {batch}, "
         "sequence {seq}, {precision}, {optimizer}, {attention} attention) on {gpu}. "
         "Seed {seed}.",
-        "review_header": "memcalc quiz review: {count} questions due or missed. Your model: "
+        "review_header": "memcalc quiz review: {questions} due or missed. Your model: "
         "{model} (batch {batch}, sequence {seq}, {precision}, {optimizer}, {attention} "
-        "attention) on {gpu}. Seed {seed}.",
-        "sheet_header": "memcalc quiz study sheet: {count} questions with answers. Your model: "
+        "attention) on {gpu}; each computed question comes back for the model and setup it "
+        "was asked with. Seed {seed}.",
+        "sheet_header": "memcalc quiz study sheet: {questions} with answers. Your model: "
         "{model} (batch {batch}, sequence {seq}, {precision}, {optimizer}, {attention} "
         "attention) on {gpu}. Seed {seed}.",
         "sheet_title": "memcalc quiz study sheet",
@@ -44,8 +45,8 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "answer": "Answer: {answer}",
         "why_not": "Why not {option}: {mistake}",
         "exactly": "exactly",
-        "stopped": "Quiz ended after {answered} of {total} questions.",
-        "interrupted": "Quiz interrupted after {answered} of {total} questions; score "
+        "stopped": "Quiz ended after {answered} of {total_questions}.",
+        "interrupted": "Quiz interrupted after {answered} of {total_questions}; score "
         "{correct}/{answered}.",
         "interrupted_start": "Quiz interrupted before the first question.",
         "score": "Score: {correct}/{answered} ({percent}%)",
@@ -56,7 +57,7 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "saved": "Progress saved to {path} (memcalc quiz --review asks what is due).",
         "list_join": ", ",
         "nothing_due": "Nothing to review in {path}: no question is due and none was missed.",
-        "next_due": "Next due: {when} ({count} questions).",
+        "next_due": "Next due: {when} ({questions}).",
         "stats_title": "memcalc quiz progress: {path}",
         "stats_header": "topic|seen|answers|right|mastered|due|mastery",
         "stats_total": "all",
@@ -66,16 +67,20 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "again after 0, 1, 3, 7 or 21 days); a wrong one sends it back to box 1. Mastered: box "
         "4 or 5. Mastery: how far up the boxes all questions of the topic are (box 1: 0%, "
         "box 5: 100%).",
-        "note_only": "note: only {count} questions match; asking {count}",
+        "note_only": "note: only {questions} match; asking {count}",
+        "note_only.one": "note: only 1 question matches; asking 1",
+        "questions.one": "{n} question",
+        "questions.many": "{n} questions",
         "error": "error: {message}",
     },
     Lang.ur: {
-        "header": "memcalc کوئز: {count} سوالات۔ آپ کا ماڈل: {model} (بیچ {batch}، سیکوئنس "
+        "header": "memcalc کوئز: {questions}۔ آپ کا ماڈل: {model} (بیچ {batch}، سیکوئنس "
         "{seq}، {precision}، {optimizer}، {attention} اٹینشن)، {gpu} پر۔ سیڈ {seed}۔",
-        "review_header": "memcalc کوئز دہرائی: {count} سوالات جن کی باری ہے یا جو غلط ہوئے۔ آپ "
+        "review_header": "memcalc کوئز دہرائی: {questions} جن کی باری ہے یا جو غلط ہوئے۔ آپ "
         "کا ماڈل: {model} (بیچ {batch}، سیکوئنس {seq}، {precision}، {optimizer}، {attention} "
-        "اٹینشن)، {gpu} پر۔ سیڈ {seed}۔",
-        "sheet_header": "memcalc کوئز اسٹڈی شیٹ: {count} سوالات جوابات کے ساتھ۔ آپ کا ماڈل: "
+        "اٹینشن)، {gpu} پر؛ ہر حساب شدہ سوال اسی ماڈل اور سیٹ اپ کے لیے دوبارہ آتا ہے جس کے "
+        "لیے پوچھا گیا تھا۔ سیڈ {seed}۔",
+        "sheet_header": "memcalc کوئز اسٹڈی شیٹ: {questions} جوابات کے ساتھ۔ آپ کا ماڈل: "
         "{model} (بیچ {batch}، سیکوئنس {seq}، {precision}، {optimizer}، {attention} اٹینشن)، "
         "{gpu} پر۔ سیڈ {seed}۔",
         "sheet_title": "memcalc کوئز اسٹڈی شیٹ",
@@ -83,13 +88,13 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "source.bank": "سوالات کے ذخیرے سے",
         "source.model": "آپ کے ماڈل کے لیے حساب شدہ",
         "follow_up": "دوبارہ، اس تصور پر جس میں غلطی ہوئی",
-        "prompt": "آپ کا جواب (ا-د یا a-d، ختم کرنے کے لیے q): ",
+        "prompt": "آپ کا جواب (الف، ب، ج، د یا a-d؛ ختم کرنے کے لیے q): ",
         "typed_prompt": "آپ کا جواب (ایک عدد{unit_hint}؛ {tolerance} کے اندر؛ ختم کرنے کے لیے q): ",
         "typed_unit_hint": " اکائی کے ساتھ، مثلاً 12.5 GiB",
         "typed_percent_hint": "، مثلاً 33%",
         "typed_count_hint": "",
-        "invalid": "براہِ کرم ا-د یا a-d میں سے کوئی حرف، یا 1-4 (یا ۱-۴) میں سے کوئی عدد "
-        "لکھیں (ختم کرنے کے لیے q)۔",
+        "invalid": "براہِ کرم الف، ب، ج، د یا a-d میں سے کوئی حرف، یا 1-4 (یا ۱-۴) میں سے "
+        "کوئی عدد لکھیں (ختم کرنے کے لیے q)۔",
         "typed_invalid": "براہِ کرم ایک عدد{unit_hint} لکھیں (ختم کرنے کے لیے q)۔",
         "pause": "اگلے سوال کے لیے Enter دبائیں (ختم کرنے کے لیے q): ",
         "right": "درست! {answer}",
@@ -103,8 +108,8 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "answer": "جواب: {answer}",
         "why_not": "{option} کیوں نہیں: {mistake}",
         "exactly": "بالکل درست",
-        "stopped": "کوئز {total} میں سے {answered} سوالات کے بعد ختم ہوا۔",
-        "interrupted": "کوئز {total} میں سے {answered} سوالات کے بعد روک دیا گیا؛ اسکور "
+        "stopped": "کوئز {total_questions} میں سے {answered} کے بعد ختم ہوا۔",
+        "interrupted": "کوئز {total_questions} میں سے {answered} کے بعد روک دیا گیا؛ اسکور "
         "{correct}/{answered}۔",
         "interrupted_start": "کوئز پہلے سوال سے پہلے ہی روک دیا گیا۔",
         "score": "اسکور: {correct}/{answered} ({percent}%)",
@@ -116,20 +121,34 @@ MESSAGES: dict[Lang, dict[str, str]] = {
         "کی باری ہے)۔",
         "list_join": "، ",
         "nothing_due": "{path} میں دہرانے کو کچھ نہیں: نہ کسی سوال کی باری ہے اور نہ کوئی غلط ہوا۔",
-        "next_due": "اگلی باری: {when} ({count} سوالات)۔",
+        "next_due": "اگلی باری: {when} ({questions})۔",
         "stats_title": "memcalc کوئز کی پیش رفت: {path}",
-        "stats_header": "موضوع|دیکھے|جوابات|درست|پختہ|باری|مہارت",
+        "stats_header": "موضوع|دیکھے|جوابات|درست|سیکھ لیے|باری|مہارت",
         "stats_total": "کل",
         "stats_empty": "{path} میں ابھی کوئی جواب درج نہیں: کی بورڈ پر کوئز دیں، یا --progress "
         "FILE دیں۔",
         "stats_note": "لائٹنر خانے 1-5: درست جواب سوال کو ایک خانہ اوپر لے جاتا ہے (0، 1، 3، 7 "
-        "یا 21 دن بعد دوبارہ)؛ غلط جواب اسے خانہ 1 میں واپس بھیجتا ہے۔ پختہ: خانہ 4 یا 5۔ "
+        "یا 21 دن بعد دوبارہ)؛ غلط جواب اسے خانہ 1 میں واپس بھیجتا ہے۔ سیکھ لیے: خانہ 4 یا 5۔ "
         "مہارت: موضوع کے تمام سوالات خانوں میں کتنا اوپر ہیں (خانہ 1: 0%، خانہ 5: 100%)۔",
-        "note_only": "نوٹ: صرف {count} سوالات ملتے ہیں؛ {count} پوچھے جا رہے ہیں",
+        "note_only": "نوٹ: صرف {questions} ملتے ہیں؛ {count} پوچھے جا رہے ہیں",
+        "note_only.one": "نوٹ: صرف 1 سوال ملتا ہے؛ 1 پوچھا جا رہا ہے",
+        "questions.one": "{n} سوال",
+        "questions.many": "{n} سوالات",
         "error": "error: {message}",
     },
 }
 """Screen text by language; ``str.format`` fills in the numbers."""
+
+
+def questions_text(count: int, lang: Lang) -> str:
+    """``1 question`` / ``3 questions`` (``1 سوال`` / ``3 سوالات``).
+
+    >>> questions_text(1, Lang.ur), questions_text(3, Lang.en)
+    ('1 سوال', '3 questions')
+    """
+    key = "questions.one" if count == 1 else "questions.many"
+    return MESSAGES[lang][key].format(n=count)
+
 
 TOPIC_NAMES: dict[Lang, dict[Topic, str]] = {
     Lang.en: {t: t.value for t in Topic},

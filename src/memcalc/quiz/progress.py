@@ -25,6 +25,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from memcalc.errors import MemcalcError
 from memcalc.files import parse_data, read_text_file, shown
 from memcalc.quiz.bank import Question, Topic
+from memcalc.quiz.context import QuizContext
 from memcalc.quiz.errors import QuizError
 
 BOX_DAYS = (0, 1, 3, 7, 21)
@@ -70,6 +71,11 @@ class Record(BaseModel):
     box: int = Field(ge=1, le=len(BOX_DAYS), description="Leitner box, 1 (new or missed) to 5.")
     due: AwareDatetime = Field(description="When the question is due again.")
     history: list[Attempt] = Field(min_length=1, description="Answers, oldest first.")
+    context: QuizContext | None = Field(
+        default=None,
+        description="For a computed question: the model, GPU and setup of its last asking, "
+        "which --review asks it for again (absent for bank questions and older files).",
+    )
 
     @property
     def missed(self) -> bool:
@@ -130,11 +136,17 @@ def save_progress(path: Path, progress: Progress) -> None:
 
 
 def record_answer(
-    progress: Progress, question: Question, correct: bool, answer: str, now: datetime
+    progress: Progress,
+    question: Question,
+    correct: bool,
+    answer: str,
+    now: datetime,
+    context: QuizContext | None = None,
 ) -> Progress:
     """``progress`` with one more answer: the question moves up a box when right (a new
     question starts in box 1, so a first right answer puts it in box 2) and back to box 1
-    when wrong; it is due again after its box's interval."""
+    when wrong; it is due again after its box's interval. ``context``: what a computed
+    question was computed for (kept for ``--review``)."""
     old = progress.questions.get(question.id)
     box = old.box if old else 1
     box = min(box + 1, len(BOX_DAYS)) if correct else 1
@@ -145,6 +157,7 @@ def record_answer(
         box=box,
         due=now + timedelta(days=BOX_DAYS[box - 1]),
         history=history[-HISTORY_LIMIT:],
+        context=context,
     )
     return progress.model_copy(update={"questions": {**progress.questions, question.id: record}})
 

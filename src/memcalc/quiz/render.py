@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, URDU_LETTERS, Lang
-from memcalc.quiz.messages import DIFFICULTY_NAMES, MESSAGES, TOPIC_NAMES
+from memcalc.quiz.bank import LETTERS, NUM_OPTIONS, URDU_LETTERS, Lang, Numeric, NumericMistake
+from memcalc.quiz.messages import DIFFICULTY_NAMES, MESSAGES, TOPIC_NAMES, questions_text
 from memcalc.quiz.result import Outcome, Result
 from memcalc.quiz.select import Asked
 from memcalc.quiz.typed import answer_text, option_value, tolerance_text, unit_word
@@ -40,19 +40,28 @@ class QuizInfo:
 
 
 def letter(position: int, lang: Lang) -> str:
-    """The letter of an option as shown: a-d in English, ا ب ج د in Urdu."""
+    """The letter of an option: a-d in English, الف ب ج د in Urdu."""
     return (URDU_LETTERS if lang is Lang.ur else LETTERS)[position]
 
 
+def option_label(position: int, lang: Lang) -> str:
+    """An option's label as shown: ``b)`` in English, ``(ب)`` in Urdu (as Pakistani exam
+    papers write it)."""
+    if lang is Lang.ur:
+        return f"({letter(position, lang)})"
+    return f"{letter(position, lang)})"
+
+
 def option_line(item: Asked, position: int, lang: Lang) -> str:
-    """``b) 75.31 GiB``: an option with its letter."""
-    return f"{letter(position, lang)}) {item.options(lang)[position]}"
+    """``b) 75.31 GiB``: an option with its label."""
+    return f"{option_label(position, lang)} {item.options(lang)[position]}"
 
 
 def header(info: QuizInfo, count: int, *, key: str = "header") -> str:
     """The first line: the model the numbers are for, and the seed."""
     return MESSAGES[info.lang][key].format(
         count=count,
+        questions=questions_text(count, info.lang),
         model=info.model,
         batch=info.batch,
         seq=info.seq,
@@ -141,7 +150,11 @@ def _typed_feedback(outcome: Outcome, lang: Lang) -> list[str]:
     if outcome.is_correct:
         return [words["typed_right"].format(**values)]
     lines = [words["typed_wrong"].format(**values)]
-    if outcome.typed_value is not None:
+    known = _known_mistake(numeric, outcome.typed_value)
+    if known is not None:
+        shown = f"{known.value:g}{unit_word(numeric)}"
+        lines.append(words["typed_mistake"].format(option=shown, mistake=known.text(lang)))
+    elif outcome.typed_value is not None:
         for position in range(NUM_OPTIONS):
             if position == item.correct_position:
                 continue
@@ -157,12 +170,30 @@ def _typed_feedback(outcome: Outcome, lang: Lang) -> list[str]:
     return lines
 
 
+def _known_mistake(numeric: Numeric, typed: float | None) -> NumericMistake | None:
+    """The known mistake (``Numeric.mistakes``) nearest the typed number, within the
+    answer's tolerance of it; None when the number matches none."""
+    if typed is None:
+        return None
+    near = [
+        m
+        for m in numeric.mistakes
+        if abs(m.value - typed) <= max(numeric.tolerance * abs(m.value), 1e-9)
+    ]
+    return min(near, key=lambda m: abs(m.value - typed), default=None)
+
+
 def summary(result: Result, info: QuizInfo, concept_name: ConceptNames) -> str:
     """The score so far and the concepts to review, by name."""
     words = MESSAGES[info.lang]
     lines = [""]
     if result.stopped:
-        lines.append(words["stopped"].format(answered=result.answered, total=result.total))
+        lines.append(
+            words["stopped"].format(
+                answered=result.answered,
+                total_questions=questions_text(result.total, info.lang),
+            )
+        )
     if result.answered:
         percent = round(100 * result.correct / result.answered)
         lines.append(
@@ -183,7 +214,9 @@ def summary(result: Result, info: QuizInfo, concept_name: ConceptNames) -> str:
 def interrupted_line(result: Result, lang: Lang) -> str:
     """The one line printed when the learner presses Ctrl-C."""
     return MESSAGES[lang]["interrupted"].format(
-        answered=result.answered, total=result.total, correct=result.correct
+        answered=result.answered,
+        total_questions=questions_text(result.total, lang),
+        correct=result.correct,
     )
 
 
@@ -191,7 +224,7 @@ def why_not(item: Asked, lang: Lang) -> list[str]:
     """``Why not b): ...`` for each wrong option that names its mistake."""
     words = MESSAGES[lang]
     return [
-        words["why_not"].format(option=f"{letter(i, lang)})", mistake=item.mistake(i, lang))
+        words["why_not"].format(option=option_label(i, lang), mistake=item.mistake(i, lang))
         for i in range(NUM_OPTIONS)
         if i != item.correct_position and item.mistake(i, lang)
     ]

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from memcalc.errors import one_of
 from memcalc.quiz.bank import NUM_OPTIONS, Difficulty, Lang, Question, Topic
+from memcalc.quiz.context import QuizContext
 from memcalc.quiz.errors import QuizError
 
 DEFAULT_COUNT = 10
@@ -45,6 +46,9 @@ class Asked:
     """``bank`` or ``model``."""
     follow_up: bool = False
     """True for the sibling asked after a miss on the same concept."""
+    context: QuizContext | None = None
+    """For a computed question: the model, GPU and setup its numbers are for (kept in the
+    progress file, so ``--review`` asks it in the same numbers)."""
 
     def options(self, lang: Lang) -> list[str]:
         """The options in the order shown."""
@@ -61,11 +65,17 @@ class Asked:
         return self.question.mistake(self.order[position], lang)
 
 
-def shuffled(question: Question, source: str, rng: random.Random, follow_up: bool = False) -> Asked:
+def shuffled(
+    question: Question,
+    source: str,
+    rng: random.Random,
+    follow_up: bool = False,
+    context: QuizContext | None = None,
+) -> Asked:
     """``question`` with its options in a random order."""
     order = list(range(NUM_OPTIONS))
     rng.shuffle(order)
-    return Asked(question, tuple(order), source, follow_up)
+    return Asked(question, tuple(order), source, follow_up, context)
 
 
 def source_of(question: Question) -> str:
@@ -157,9 +167,12 @@ def pick_review(
     topics: frozenset[Topic],
     difficulties: frozenset[Difficulty],
     rng: random.Random,
+    contexts: dict[str, QuizContext] | None = None,
 ) -> list[Asked]:
     """``--review``: the due or missed questions that still exist and pass the filters, in
-    the order given (missed first), at most ``count``, options shuffled."""
+    the order given (missed first), at most ``count``, options shuffled; ``contexts``: what
+    each computed question among them was computed for."""
     by_id = {q.id: q for q in matching(available, topics, difficulties)}
     chosen = [by_id[i] for i in due_ids if i in by_id][:count]
-    return [shuffled(q, source_of(q), rng) for q in chosen]
+    found = contexts or {}
+    return [shuffled(q, source_of(q), rng, context=found.get(q.id)) for q in chosen]

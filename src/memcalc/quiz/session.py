@@ -29,6 +29,7 @@ _DIGITS = {str(i + 1): i for i in range(NUM_OPTIONS)}
 _DIGITS |= {chr(0x06F1 + i): i for i in range(NUM_OPTIONS)}  # Urdu/Persian ۱ ۲ ۳ ۴
 _DIGITS |= {chr(0x0661 + i): i for i in range(NUM_OPTIONS)}  # Arabic-Indic ١ ٢ ٣ ٤
 _LETTERS = {c: i for i, c in enumerate(LETTERS)} | {c: i for i, c in enumerate(URDU_LETTERS)}
+_LETTERS["ا"] = 0  # alif alone, as a quick answer for الف
 
 
 class EndOfQuiz(Exception):
@@ -36,16 +37,19 @@ class EndOfQuiz(Exception):
 
 
 def parse_answer(text: str) -> int | None:
-    """A 0-based option from a letter (``a``-``d``, or Urdu ``ا ب ج د``) or a digit (``1``-``4``,
-    Urdu ``۱``-``۴`` or Arabic-Indic ``١``-``٤``); case, spaces and a trailing ``)``, ``.`` or
-    ``۔`` are ignored; None when it is none of these.
+    """A 0-based option from a letter (``a``-``d``, or Urdu ``الف ب ج د``, alif alone for
+    الف) or a digit (``1``-``4``, Urdu ``۱``-``۴`` or Arabic-Indic ``١``-``٤``); case, spaces,
+    the brackets of ``(ب)`` and a trailing ``)``, ``.`` or ``۔`` are ignored; None when it is
+    none of these.
 
     >>> parse_answer("B"), parse_answer("3"), parse_answer("d)"), parse_answer("e")
     (1, 2, 3, None)
     >>> parse_answer("ج"), parse_answer("۴"), parse_answer("٢")
     (2, 3, 1)
+    >>> parse_answer("الف"), parse_answer("(الف)"), parse_answer("ا"), parse_answer("(ب)")
+    (0, 0, 0, 1)
     """
-    t = text.strip().lower().rstrip(").۔")
+    t = text.strip().lower().rstrip(".۔").strip("() ")
     if t in _LETTERS:
         return _LETTERS[t]
     return _DIGITS.get(t)

@@ -14,7 +14,7 @@ are merged in here, so ``TEMPLATES``, ``MISTAKES`` and ``LABELS`` hold every kin
 from __future__ import annotations
 
 from memcalc.estimate import Options
-from memcalc.quiz import words_finetune, words_moe, words_parallel
+from memcalc.quiz import words_finetune, words_moe, words_parallel, words_runtime
 from memcalc.quiz.bank import Lang
 from memcalc.quiz.template import Template
 from memcalc.strategies.recompute import Recompute
@@ -43,10 +43,17 @@ LABELS: dict[Lang, dict[str, str]] = {
         "recompute.every-k": "sqrt(N) checkpointing (every {k} blocks)",
         "recompute.full": "full recompute",
         "offload.optimizer": "optimizer states to CPU",
+        "offload.optimizer.nvme": "optimizer states to NVMe",
         "offload.activations": "activations to CPU",
         "offload.params": "parameters to CPU",
+        "phrase.offload.optimizer": "optimizer states to CPU",
+        "phrase.offload.optimizer.nvme": "optimizer states to NVMe",
+        "phrase.offload.activations": "activations to CPU",
+        "phrase.offload.params": "parameters to CPU",
+        "phrase_join": " + ",
         "strategy_join": " + ",
         "nothing_needed": "Nothing: it already fits",
+        "no_strategy": "no recompute or offload",
         "none_fits": "No recompute / offload combination makes it fit",
         "phase.forward": "forward",
         "phase.backward": "backward",
@@ -84,10 +91,17 @@ LABELS: dict[Lang, dict[str, str]] = {
         "recompute.every-k": "sqrt(N) چیک پوائنٹنگ (ہر {k} بلاکس پر)",
         "recompute.full": "فل ری کمپیوٹ",
         "offload.optimizer": "آپٹیمائزر اسٹیٹس CPU پر",
+        "offload.optimizer.nvme": "آپٹیمائزر اسٹیٹس NVMe پر",
         "offload.activations": "ایکٹیویشنز CPU پر",
         "offload.params": "پیرامیٹرز CPU پر",
+        "phrase.offload.optimizer": "آپٹیمائزر اسٹیٹس CPU پر منتقل کرنے",
+        "phrase.offload.optimizer.nvme": "آپٹیمائزر اسٹیٹس NVMe پر منتقل کرنے",
+        "phrase.offload.activations": "ایکٹیویشنز CPU پر منتقل کرنے",
+        "phrase.offload.params": "پیرامیٹرز CPU پر منتقل کرنے",
+        "phrase_join": " اور ",
         "strategy_join": " + ",
         "nothing_needed": "کچھ نہیں: یہ پہلے ہی فٹ ہو جاتا ہے",
+        "no_strategy": "بغیر ری کمپیوٹ یا آف لوڈ",
         "none_fits": "ری کمپیوٹ / آف لوڈ کا کوئی بھی امتزاج اسے فٹ نہیں کرتا",
         "phase.forward": "فارورڈ",
         "phase.backward": "بیک ورڈ",
@@ -116,13 +130,30 @@ LABELS: dict[Lang, dict[str, str]] = {
 """Option labels and short words the generators combine."""
 
 
+def strategy_phrase(options: Options, lang: Lang) -> str:
+    """A strategy as a sentence says it was applied before something (Urdu: the oblique
+    infinitive, ``آپٹیمائزر اسٹیٹس CPU پر منتقل کرنے`` + ``کے بعد بھی``); English: the label."""
+    words = LABELS[lang]
+    parts = []
+    if options.recompute is not Recompute.none:
+        parts.append(words[f"recompute.{options.recompute.value}"].format(k=options.every))
+    parts += [
+        words[f"phrase.offload.{o.what.value}" + (".nvme" if o.where.value == "nvme" else "")]
+        for o in options.offload
+    ]
+    return words["phrase_join"].join(parts) if parts else words["no_strategy"]
+
+
 def strategy_label(options: Options, lang: Lang) -> str:
     """A strategy in words, e.g. ``full recompute + optimizer states to CPU``."""
     words = LABELS[lang]
     parts = []
     if options.recompute is not Recompute.none:
         parts.append(words[f"recompute.{options.recompute.value}"].format(k=options.every))
-    parts += [words[f"offload.{o.what.value}"] for o in options.offload]
+    parts += [
+        words[f"offload.{o.what.value}" + (".nvme" if o.where.value == "nvme" else "")]
+        for o in options.offload
+    ]
     return words["strategy_join"].join(parts) if parts else words["nothing_needed"]
 
 
@@ -158,6 +189,8 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "states.none": "Plain SGD keeps no state. ",
                 "states.one": "{optimizer} keeps one momentum buffer per parameter in "
                 "{state_dtype}: {states}. ",
+                "states.lion": "{optimizer} keeps one momentum buffer (exp_avg) per "
+                "parameter in {state_dtype}: {states}. ",
                 "states.two": "{optimizer} keeps two state tensors per parameter (exp_avg m "
                 "and exp_avg_sq v) in {state_dtype}: {states}. ",
                 "states.eight_bit": "{optimizer} keeps m and v in 8 bits, plus one fp32 "
@@ -191,6 +224,8 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "states.none": "سادہ SGD کوئی اسٹیٹ نہیں رکھتا۔ ",
                 "states.one": "{optimizer} ہر پیرامیٹر کے لیے {state_dtype} میں ایک مومینٹم "
                 "بفر رکھتا ہے: {states}۔ ",
+                "states.lion": "{optimizer} ہر پیرامیٹر کے لیے {state_dtype} میں ایک مومینٹم "
+                "بفر (exp_avg) رکھتا ہے: {states}۔ ",
                 "states.two": "{optimizer} ہر پیرامیٹر کے لیے {state_dtype} میں دو اسٹیٹ ٹینسر "
                 "(exp_avg یعنی m اور exp_avg_sq یعنی v) رکھتا ہے: {states}۔ ",
                 "states.eight_bit": "{optimizer}، m اور v کو 8 بٹس میں رکھتا ہے، ساتھ ہر 2048 "
@@ -219,50 +254,69 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "bytes per parameter does training {model} with {optimizer} under {precision} "
             "take?",
             explanation="Weights {w} ({weight_dtype}) + gradients {g} ({grad_dtype}) + "
-            "optimizer {o} = {n} bytes per parameter. {recipe_sentence}For {model}: "
-            "{n} × {params} {approx} {total}, before a single activation.",
+            "optimizer {o} = {n} bytes per parameter. {optimizer_sentence}{recipe_sentence}"
+            "{reference_sentence}For {model}: {n} × {params} {approx} {total}, before a single "
+            "activation.",
             parts={
                 "with_master": " (fp32 master weights included)",
                 "no_master": "",
-                "mixed_adam": "The optimizer's share is the fp32 master copy (4) plus m and v "
-                "(8). Megatron's 18 keeps fp32 gradients; the ZeRO paper's 16 assumes 16-bit "
-                "gradients; an extra fp32 copy of the gradients makes 20; forgetting the "
-                "master weights gives 4 fewer. ",
-                "mixed_other": "The optimizer's share is the fp32 master copy (4) plus its "
-                "states in fp32. ",
-                "amp": "torch.autocast computes the matmuls in 16-bit but keeps the weights, "
-                "gradients and optimizer states in fp32: nothing else is stored per "
-                "parameter. ",
-                "fp32": "fp32 training stores each of them in fp32 and updates the weights "
-                "directly: nothing else is stored per parameter. ",
-                "pure16": "Pure 16-bit training stores weights, gradients and optimizer "
-                "states in {weight_dtype}: half of fp32's bytes, but updates below the "
-                "format's precision are lost. ",
+                "share": "The optimizer's share is {share}. ",
+                "with_master_share": "an fp32 master copy of the weights (4) plus {states}",
+                "states.sgd": "no state at all: plain SGD updates with the gradient alone (0)",
+                "states.sgd-momentum": "one momentum buffer in {state_dtype} ({s})",
+                "states.lion": "one momentum buffer (exp_avg) in {state_dtype} ({s})",
+                "states.adam": "m and v (exp_avg, exp_avg_sq) in {state_dtype} ({s})",
+                "states.adamw": "m and v (exp_avg, exp_avg_sq) in {state_dtype} ({s})",
+                "states.adamw-8bit": "m and v in 8 bits, 1 byte each, with a 4-byte absmax per "
+                "2048 elements (tensors under 4096 elements keep 32-bit states) ({s})",
+                "states.adafactor": "a factored second moment, one fp32 row and one column "
+                "vector per matrix and nothing else ({s})",
+                "mixed": "",
+                "amp": "torch.autocast computes the matmuls in 16-bit but keeps weights, "
+                "gradients and states in fp32: nothing else is stored per parameter. ",
+                "fp32": "fp32 training updates the fp32 weights directly: nothing else is stored "
+                "per parameter. ",
+                "pure16": "Pure 16-bit training updates the {weight_dtype} weights themselves: "
+                "half of fp32's bytes, but updates below the format's precision are lost. ",
+                "counts": "Megatron-LM's 18 is this recipe with fp32 gradients; the ZeRO paper's "
+                "16 (2 + 2 + 12) has 16-bit gradients; 20 is 16-bit gradients plus an fp32 copy "
+                "of them (Megatron-LM with float16 gradients); forgetting the master weights "
+                "gives 4 fewer. ",
             },
         ),
         Lang.ur: Template(
             prompt="ویٹس، گریڈینٹس اور آپٹیمائزر اسٹیٹس{prompt_states} گن کر، {model} کو "
             "{precision} میں {optimizer} کے ساتھ ٹرین کرنے پر فی پیرامیٹر کتنے بائٹس لگتے ہیں؟",
             explanation="ویٹس {w} ({weight_dtype}) + گریڈینٹس {g} ({grad_dtype}) + آپٹیمائزر "
-            "{o} = فی پیرامیٹر {n} بائٹس۔ {recipe_sentence}{model} کے لیے: "
-            "{n} × {params} {approx} {total}، ایک بھی ایکٹیویشن سے پہلے۔",
+            "{o} = فی پیرامیٹر {n} بائٹس۔ {optimizer_sentence}{recipe_sentence}"
+            "{reference_sentence}{model} کے لیے: {n} × {params} {approx} {total}، ایک بھی "
+            "ایکٹیویشن سے پہلے۔",
             parts={
                 "with_master": " (fp32 ماسٹر ویٹس سمیت)",
                 "no_master": "",
-                "mixed_adam": "آپٹیمائزر کے حصے میں fp32 ماسٹر کاپی (4) اور m اور v (8) ہیں۔ "
-                "Megatron کے 18 میں گریڈینٹس fp32 ہیں؛ ZeRO پیپر کے 16 میں گریڈینٹس 16-bit "
-                "ہیں؛ گریڈینٹس کی ایک اضافی fp32 کاپی سے 20 بنتے ہیں؛ ماسٹر ویٹس بھول جانے سے "
-                "4 کم۔ ",
-                "mixed_other": "آپٹیمائزر کے حصے میں fp32 ماسٹر کاپی (4) اور fp32 میں اس کی "
-                "اسٹیٹس ہیں۔ ",
+                "share": "آپٹیمائزر کے حصے میں {share} ہیں۔ ",
+                "with_master_share": "ویٹس کی fp32 ماسٹر کاپی (4) اور {states}",
+                "states.sgd": "کوئی اسٹیٹ نہیں: سادہ SGD صرف گریڈینٹ سے اپڈیٹ کرتا ہے (0)",
+                "states.sgd-momentum": "{state_dtype} میں ایک مومینٹم بفر ({s})",
+                "states.lion": "{state_dtype} میں ایک مومینٹم بفر (exp_avg) ({s})",
+                "states.adam": "{state_dtype} میں m اور v (exp_avg اور exp_avg_sq) ({s})",
+                "states.adamw": "{state_dtype} میں m اور v (exp_avg اور exp_avg_sq) ({s})",
+                "states.adamw-8bit": "8 بٹس میں m اور v، ہر ایک 1 بائٹ، ہر 2048 عناصر پر "
+                "4 بائٹس کے ایک absmax کے ساتھ (4096 سے چھوٹے ٹینسرز کی اسٹیٹس 32-bit رہتی ہیں) "
+                "({s})",
+                "states.adafactor": "فیکٹرڈ سیکنڈ مومنٹ، ہر میٹرکس کے لیے fp32 کی ایک رو اور "
+                "ایک کالم ویکٹر، اور کچھ نہیں ({s})",
+                "mixed": "",
                 "amp": "torch.autocast میٹرکس ضربیں 16-bit میں کرتا ہے مگر ویٹس، گریڈینٹس اور "
-                "آپٹیمائزر اسٹیٹس fp32 میں رکھتا ہے: فی پیرامیٹر اس کے علاوہ کچھ محفوظ نہیں "
-                "ہوتا۔ ",
-                "fp32": "fp32 ٹریننگ ان سب کو fp32 میں رکھتی ہے اور ویٹس کو براہِ راست اپڈیٹ "
-                "کرتی ہے: فی پیرامیٹر اس کے علاوہ کچھ محفوظ نہیں ہوتا۔ ",
-                "pure16": "خالص 16-bit ٹریننگ ویٹس، گریڈینٹس اور آپٹیمائزر اسٹیٹس "
-                "{weight_dtype} میں رکھتی ہے: fp32 کے آدھے بائٹس، مگر فارمیٹ کی پریسیژن سے "
-                "چھوٹے اپڈیٹس ضائع ہو جاتے ہیں۔ ",
+                "اسٹیٹس fp32 میں رکھتا ہے: فی پیرامیٹر اس کے علاوہ کچھ محفوظ نہیں ہوتا۔ ",
+                "fp32": "fp32 ٹریننگ fp32 ویٹس کو براہِ راست اپڈیٹ کرتی ہے: فی پیرامیٹر اس کے "
+                "علاوہ کچھ محفوظ نہیں ہوتا۔ ",
+                "pure16": "خالص 16-bit ٹریننگ {weight_dtype} ویٹس کو ہی اپڈیٹ کرتی ہے: fp32 کے "
+                "آدھے بائٹس، مگر فارمیٹ کی پریسیژن سے چھوٹے اپڈیٹس ضائع ہو جاتے ہیں۔ ",
+                "counts": "Megatron-LM کے 18 بائٹس یہی طریقہ ہیں، fp32 گریڈینٹس کے ساتھ؛ ZeRO "
+                "پیپر کے 16 بائٹس (2 + 2 + 12) میں گریڈینٹس 16-bit ہیں؛ 20 بائٹس 16-bit "
+                "گریڈینٹس اور ان کی ایک fp32 کاپی سے بنتے ہیں (float16 گریڈینٹس کے ساتھ "
+                "Megatron-LM)؛ ماسٹر ویٹس بھول جانے سے 4 کم۔ ",
             },
         ),
     },
@@ -410,7 +464,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             explanation="بیک ورڈ میں ہر سیگمنٹ اپنے شروع کے چیک پوائنٹ سے ایک بار دوبارہ بنتا "
             "ہے، اور پھر اس کے {k} بلاکس کا بیک ورڈ انہی دوبارہ بنے ٹینسرز سے چلتا ہے: ہر بلاک "
             "کا فارورڈ ایک بار مزید چلتا ہے، کل {extra}، یعنی اسٹیپ کا {value}: اتنا ہی جتنا فل "
-            "ری کمپیوٹ ({full_pct})۔ فرق میموری میں ہے: بیک ورڈ کے سب سے بھاری لمحے میں "
+            "ری کمپیوٹ ({full_pct})۔ فرق میموری میں ہے: بیک ورڈ میں میموری کے عروج (پیک) پر "
             "sqrt(N) {sqrt_worst} ایکٹیویشنز رکھتی ہے، فل ری کمپیوٹ {full_worst}، اور ری "
             "کمپیوٹ کے بغیر {none_acts}۔ {memory_sentence}",
             parts={
@@ -438,7 +492,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             prompt="{ctx} کو ہر k = {every} بلاکس پر ایک چیک پوائنٹ کے ساتھ ٹرین کرتے ہوئے "
             "(--recompute every-k --every {every}): فارورڈ {segments} سیگمنٹس کے ان پٹ رکھتا "
             "ہے، اور بیک ورڈ ایک وقت میں {every} بلاکس کا ایک سیگمنٹ دوبارہ بناتا ہے۔ بیک ورڈ "
-            "کے سب سے بھاری لمحے میں کتنی ایکٹیویشن میموری موجود ہوتی ہے؟",
+            "میں میموری کے عروج (پیک) پر کتنی ایکٹیویشن میموری موجود ہوتی ہے؟",
             explanation="فارورڈ جو رکھتا ہے ({segments} چیک پوائنٹس اور بلاکس سے باہر کے "
             "ٹینسرز) اور دوبارہ بنتا سیگمنٹ ({every} بلاکس، ہر ایک {block}، سوائے اس چیک "
             "پوائنٹ ان پٹ کے جو پہلے ہی رکھا ہوا ہے): {sum}۔ بڑا k کم چیک پوائنٹس رکھتا ہے "
@@ -462,9 +516,9 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             prompt="{model} میں N = {layers} بلاکس ہیں۔ ری کمپیوٹ کے بغیر ہر بلاک {block} محفوظ "
             "کرتا ہے، اور اس کا ان پٹ {input} ہے۔ ہر k بلاکس پر چیک پوائنٹ رکھنے سے ceil(N/k) "
             "بلاک ان پٹس رہتے ہیں اور بیک ورڈ میں ایک وقت میں k بلاکس کا ایک سیگمنٹ دوبارہ "
-            "بنتا ہے۔ {ctx} کے لیے کون سا k بیک ورڈ کے سب سے بھاری لمحے میں (رکھی گئی + "
+            "بنتا ہے۔ {ctx} کے لیے کون سا k بیک ورڈ میں میموری کے عروج (پیک) پر (رکھی گئی + "
             "دوبارہ بنی) سب سے کم ایکٹیویشن میموری دیتا ہے؟",
-            explanation="بیک ورڈ کے سب سے بھاری لمحے میں (رکھی گئی + دوبارہ بنی): {lines}۔ "
+            explanation="بیک ورڈ میں میموری کے عروج (پیک) پر (رکھی گئی + دوبارہ بنی): {lines}۔ "
             "کم چیک پوائنٹس بلاک ان پٹس بچاتے ہیں، مگر سیگمنٹ کا ہر اضافی بلاک ایک ساتھ "
             "پورے بلاک کی ایکٹیویشنز لیتا ہے، اس لیے بہترین k تقریباً sqrt(N × input / block) = "
             "sqrt({layers} × {input} / {block}) ≈ {k_star} کے قریب ہوتا ہے، sqrt(N) نہیں: "
@@ -480,9 +534,9 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "workspaces). What is the estimated peak of one step, and does it fit?",
             explanation="The peak is the largest moment of the step, not the sum of the four "
             "components: here it comes in the {phase} phase ({where}): {moment}. Against "
-            "{gpu_memory} on {gpu}, less the {reserve} kept free for allocator fragmentation "
-            "(memcalc's --headroom), it {verdict}. Adding all four components and the overhead "
-            "would give {sum_value}.",
+            "the {usable} usable on {gpu} ({gpu_memory} less the {reserve} memcalc keeps free "
+            "for the caching allocator's cache and fragmentation, --headroom), it {verdict}. "
+            "Adding all four components and the overhead would give {sum_value}.",
             parts={
                 "temps.foreach": "the optimizer step allocates {temps} of temporaries "
                 "(foreach: one state-sized buffer for all parameters at once)",
@@ -498,9 +552,10 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "پروفائل {overhead} رن ٹائم اوورہیڈ (CUDA کانٹیکسٹ اور لائبریری ورک اسپیسز) فرض "
             "کرتا ہے۔ ایک اسٹیپ کی متوقع پیک کتنی ہے، اور کیا یہ فٹ ہوتی ہے؟",
             explanation="پیک اسٹیپ کا سب سے بھاری لمحہ ہے، چار حصوں کا مجموعہ نہیں: یہاں یہ "
-            "{phase} مرحلے میں ({where}) آتی ہے: {moment}۔ {gpu} کی {gpu_memory} میں سے ایلوکیٹر "
-            "فریگمنٹیشن کے لیے خالی رکھی گئی {reserve} (memcalc کا --headroom) نکال کر، اس کے "
-            "مقابلے میں یہ {verdict}۔ چاروں حصے اور اوورہیڈ جمع کرنے سے {sum_value} بنتا۔",
+            "{phase} مرحلے میں ({where}) آتی ہے: {moment}۔ {gpu} کی {gpu_memory} میں سے memcalc "
+            "کیشنگ ایلوکیٹر کے کیش اور فریگمنٹیشن کے لیے {reserve} خالی رکھتا ہے (--headroom)؛ "
+            "قابلِ استعمال {usable} کے مقابلے میں یہ {verdict}۔ چاروں حصے اور اوورہیڈ جمع کرنے سے "
+            "{sum_value} بنتا۔",
             parts={
                 "temps.foreach": "آپٹیمائزر اسٹیپ {temps} کے عارضی ٹینسرز بناتا ہے (foreach: "
                 "تمام پیرامیٹرز کے لیے ایک ساتھ ایک اسٹیٹ جتنا بفر)",
@@ -513,52 +568,66 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
     "cheapest-fit": {
         Lang.en: Template(
             prompt="What is the cheapest way to make training {ctx} fit on one {gpu} "
-            "({gpu_memory}, of which {overhead} is runtime overhead)? Cheapest means the least "
-            "time added per step: recompute FLOPs at {mfu} MFU, the offload transfers compute "
-            "cannot hide, and the optimizer step on the CPU when the optimizer is offloaded. "
-            "Fitting means a peak within {usable} ({reserve} kept free for allocator "
-            "fragmentation). When two strategies add the same time, the simpler one, then the "
-            "one with the lower peak, counts as cheaper.",
+            "({gpu_memory}, of which {overhead} is runtime overhead), among the strategies "
+            "memcalc estimate compares ({strategies})? Cheapest means the least time added per "
+            "step: recompute FLOPs at {mfu} MFU, the offload transfers compute cannot hide, and "
+            "the optimizer step on the CPU when the optimizer is offloaded. Fitting means a "
+            "peak within {usable} ({reserve} kept free for the caching allocator's cache and "
+            "fragmentation) and what is offloaded within the node's host RAM and NVMe. When "
+            "two strategies add the same time, the simpler one, then the one with the lower "
+            "peak, counts as cheaper.",
             explanation="{body}",
             parts={
-                "already": "Without any strategy the peak is {base_peak}, within "
-                "{gpu_memory}: nothing is needed, and every strategy would only add time.",
-                "cheapest": "Without any strategy the peak is {base_peak}, over {gpu_memory}. "
-                "The cheapest that fits is {answer} ({answer_peak}, +{answer_cost} per step). "
-                "{others}{lesson}",
+                "already": "Without any strategy the peak is {base_peak}, within the {usable} "
+                "usable: nothing is needed, and every strategy would only add time.",
+                "cheapest": "Without any strategy the peak is {base_peak}, over the {usable} "
+                "usable. The cheapest that fits is {answer} ({answer_peak}, +{answer_cost} per "
+                "step). {others}{lesson}",
                 "others": "Next cheapest: {items}. ",
                 "lesson": "Recompute alone is not enough: full recompute still peaks at "
                 "{full_peak}, because it does not touch parameters, gradients or optimizer "
                 "states.",
                 "none": "Without any strategy the peak is {base_peak}; even {best} peaks at "
-                "{best_peak}, over {gpu_memory}. Recompute and offload are not enough here: "
-                "shard the model states across GPUs (ZeRO/FSDP), use a smaller micro-batch, or "
-                "use a larger GPU.",
+                "{best_peak}, over the {usable} usable: none of these strategies fits.",
+                "none_host": "Without any strategy the peak is {base_peak}; {best} would fit "
+                "the GPU ({best_peak}) but needs {host} of host RAM per node, more than the "
+                "node's {host_memory}: none of these strategies fits.",
+                "advice": "Shard the model states across GPUs (ZeRO/FSDP, memcalc plan searches "
+                "the layouts) or use a larger GPU; the micro-batch is already 1.",
+                "advice_batch": "Shard the model states across GPUs (ZeRO/FSDP, memcalc plan "
+                "searches the layouts), use a smaller micro-batch, or use a larger GPU.",
                 "ties": "About the same time, so not among the options: {items}.",
             },
         ),
         Lang.ur: Template(
             prompt="{ctx} کی ٹریننگ کو ایک {gpu} ({gpu_memory}، جس میں {overhead} رن ٹائم "
-            "اوورہیڈ ہے) پر فٹ کرنے کا سب سے سستا طریقہ کون سا ہے؟ سب سے سستا یعنی فی اسٹیپ "
-            "سب سے کم اضافی وقت: {mfu} MFU پر ری کمپیوٹ کے FLOPs، وہ آف لوڈ ٹرانسفرز جنہیں "
-            "کمپیوٹ چھپا نہیں سکتا، اور آپٹیمائزر آف لوڈ ہونے پر CPU پر آپٹیمائزر اسٹیپ۔ فٹ "
-            "ہونے کا مطلب ہے پیک {usable} کے اندر ({reserve} ایلوکیٹر فریگمنٹیشن کے لیے خالی "
-            "رکھ کر)۔ اگر دو طریقے برابر وقت بڑھائیں تو سادہ تر، اور پھر کم پیک والا، سستا "
-            "مانا جاتا ہے۔",
+            "اوورہیڈ ہے) پر فٹ کرنے کا سب سے سستا طریقہ کون سا ہے، ان طریقوں میں سے جن کا "
+            "memcalc estimate موازنہ کرتا ہے ({strategies})؟ سب سے سستا یعنی فی اسٹیپ سب سے کم "
+            "اضافی وقت: {mfu} MFU پر ری کمپیوٹ کے FLOPs، وہ آف لوڈ ٹرانسفرز جنہیں کمپیوٹ چھپا نہیں "
+            "سکتا، اور آپٹیمائزر آف لوڈ ہونے پر CPU پر آپٹیمائزر اسٹیپ۔ فٹ ہونے کا مطلب ہے پیک "
+            "{usable} کے اندر ({reserve} کیشنگ ایلوکیٹر کے کیش اور فریگمنٹیشن کے لیے خالی رکھ "
+            "کر)، اور جو آف لوڈ ہو وہ نوڈ کی ہوسٹ RAM اور NVMe میں سما جائے۔ اگر دو طریقے برابر "
+            "وقت بڑھائیں تو سادہ تر، اور پھر کم پیک والا، سستا مانا جاتا ہے۔",
             explanation="{body}",
             parts={
-                "already": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے، جو {gpu_memory} کے اندر "
-                "ہے: کچھ کرنے کی ضرورت نہیں، اور ہر حکمتِ عملی صرف وقت بڑھائے گی۔",
-                "cheapest": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے، جو {gpu_memory} سے زیادہ "
-                "ہے۔ فٹ ہونے والا سب سے سستا طریقہ {answer} ہے ({answer_peak}، فی اسٹیپ "
+                "already": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے، جو قابلِ استعمال "
+                "{usable} کے اندر ہے: کچھ کرنے کی ضرورت نہیں، اور ہر حکمتِ عملی صرف وقت بڑھائے گی۔",
+                "cheapest": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے، جو قابلِ استعمال {usable} "
+                "سے زیادہ ہے۔ فٹ ہونے والا سب سے سستا طریقہ {answer} ہے ({answer_peak}، فی اسٹیپ "
                 "+{answer_cost})۔ {others}{lesson}",
                 "others": "اس کے بعد سستے: {items}۔ ",
                 "lesson": "صرف ری کمپیوٹ کافی نہیں: فل ری کمپیوٹ کے ساتھ بھی پیک {full_peak} ہے، "
                 "کیونکہ یہ پیرامیٹرز، گریڈینٹس اور آپٹیمائزر اسٹیٹس کو نہیں چھوتا۔",
-                "none": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے؛ {best} کے ساتھ بھی پیک "
-                "{best_peak} ہے، جو {gpu_memory} سے زیادہ ہے۔ یہاں ری کمپیوٹ اور آف لوڈ کافی "
-                "نہیں: ماڈل اسٹیٹس کو کئی GPUs میں شارڈ کریں (ZeRO/FSDP)، مائیکرو بیچ چھوٹا "
-                "کریں، یا بڑا GPU لیں۔",
+                "none": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے؛ {best_after} کے بعد بھی پیک "
+                "{best_peak} ہے، جو قابلِ استعمال {usable} سے زیادہ ہے: ان میں سے کوئی طریقہ فٹ "
+                "نہیں ہوتا۔",
+                "none_host": "کسی حکمتِ عملی کے بغیر پیک {base_peak} ہے؛ {best_after} کے بعد یہ "
+                "GPU پر فٹ ہو جاتا ({best_peak}) مگر اسے فی نوڈ {host} ہوسٹ RAM چاہیے، جو "
+                "نوڈ کی {host_memory} سے زیادہ ہے: ان میں سے کوئی طریقہ فٹ نہیں ہوتا۔",
+                "advice": "ماڈل اسٹیٹس کو کئی GPUs میں شارڈ کریں (ZeRO/FSDP؛ memcalc plan لے آؤٹس "
+                "تلاش کرتا ہے) یا بڑا GPU لیں؛ مائیکرو بیچ پہلے ہی 1 ہے۔",
+                "advice_batch": "ماڈل اسٹیٹس کو کئی GPUs میں شارڈ کریں (ZeRO/FSDP؛ memcalc plan "
+                "لے آؤٹس تلاش کرتا ہے)، مائیکرو بیچ چھوٹا کریں، یا بڑا GPU لیں۔",
                 "ties": "تقریباً اتنا ہی وقت، اس لیے آپشنز میں شامل نہیں: {items}۔",
             },
         ),
@@ -599,20 +668,31 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "optimizer.weights_copy": "That is a copy of the weights; plain SGD updates them in "
         "place and keeps nothing.",
         # bytes per parameter
-        "bpp.grads_16bit": "That is the ZeRO paper's count with 16-bit gradients; here the "
-        "gradients are fp32 (4 bytes).",
-        "bpp.grads_fp32": "That counts fp32 gradients (Megatron's 18); here they are {grad_dtype}.",
+        "bpp.grads_16bit": "That counts 16-bit gradients (2 bytes); here they are {grad_dtype} "
+        "({g} bytes).",
+        "bpp.grads_16bit.counted": "That is the ZeRO paper's 16 (2 + 2 + 12), which assumes "
+        "16-bit gradients; here they are {grad_dtype} ({g} bytes).",
+        "bpp.grads_fp32": "That counts fp32 gradients (4 bytes); here they are {grad_dtype}.",
+        "bpp.grads_fp32.counted": "That counts fp32 gradients (Megatron-LM's 18); here they are "
+        "{grad_dtype}.",
         "bpp.forgot_master": "That forgets the fp32 master weights (4 bytes per parameter).",
-        "bpp.grad_copy": "That adds an extra fp32 copy of the gradients (Megatron's 20 "
-        "without the distributed optimizer); this recipe keeps one gradient.",
+        "bpp.grad_copy": "That counts 16-bit gradients plus an fp32 copy of them (2 + 4 bytes); "
+        "this recipe keeps one {grad_dtype} gradient ({g} bytes).",
+        "bpp.grad_copy.counted": "That counts 16-bit gradients plus an fp32 copy of them (2 + 4 "
+        "bytes: Megatron-LM's 20 with float16 gradients); this recipe keeps one {grad_dtype} "
+        "gradient ({g} bytes).",
         "bpp.no_master_here": "That adds a 4-byte master copy; {precision} keeps none (the "
         "optimizer updates the {weight_dtype} weights themselves).",
         "bpp.states_fp32": "That keeps the optimizer states in fp32; under {precision} they "
         "are {state_dtype}.",
         "bpp.forgot_grads": "That leaves out the gradients ({grad_dtype}, {g} bytes).",
-        "bpp.adam_states": "That counts Adam's two states (m and v); {optimizer} keeps less.",
-        "bpp.as_fp32": "That counts everything in fp32 (4 bytes each); under {precision} the "
-        "weights are {weight_dtype}.",
+        "bpp.adam_states": "That counts Adam's two states (m and v, {full_states} bytes in "
+        "{state_dtype}); {optimizer} keeps {s}.",
+        "bpp.states_full_size": "That keeps m and v in {state_dtype} ({full_states} bytes), as "
+        "torch's AdamW does; {optimizer} stores each in 1 byte plus a 4-byte absmax per 2048 "
+        "elements ({s}).",
+        "bpp.as_fp32": "That counts the weights and gradients in fp32, as fp32 training does; "
+        "under {precision} the weights are {weight_dtype}.",
         "bpp.as_mixed": "That is the count of a -mixed recipe (fp32 gradients, master weights "
         "and states); {precision} keeps everything in {weight_dtype}.",
         "bpp.forgot_optimizer": "That counts weights and gradients only; the optimizer's "
@@ -652,8 +732,13 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "from its checkpoint, so every block's forward runs again.",
         "sqrt.flops_free": "Checkpointing is not free: the tensors it drops are rebuilt by "
         "running the forward again.",
-        "sqrt.flops_per_block": "That rebuilds the segment once for each of its blocks; it is "
-        "rebuilt once, and its tensors stay until the segment's backward is done.",
+        "sqrt.flops_per_block": "That replays the forward from the segment's checkpoint up to "
+        "each block for that block's backward: 1 + 2 + … + {k} = {k}({k} + 1)/2 block forwards "
+        "per segment, ({k} + 1)/2 times the real cost. The segment is rebuilt once, and its "
+        "tensors stay until the segment's backward is done.",
+        "sqrt.flops_segment_per_block": "That rebuilds the whole segment of {k} blocks for each "
+        "of its blocks' backward, {k} times the real cost; it is rebuilt once, and its tensors "
+        "stay until the segment's backward is done.",
         "everyk.forgot_rebuild": "That is only what the forward keeps; backward rebuilds a "
         "segment of {every} blocks on top of it ({rebuild}).",
         "everyk.one_block": "That rebuilds one block at a time, as full recompute does; "
@@ -671,15 +756,21 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "also holds activations or temporaries.",
         "fits.no_overhead": "That leaves out the {overhead} of runtime overhead the profile "
         "assumes.",
-        "fits.verdict": "The size is right, but compare it with {gpu_memory} less the {reserve} "
-        "reserve: it {verdict}.",
+        "fits.verdict": "The size is right, but compare it with the {usable} usable "
+        "({gpu_memory} less the {reserve} reserve): it {verdict}.",
+        "fits.headroom_forgotten": "The size is right, but that compares it with all of "
+        "{gpu_memory}; the estimate keeps {reserve} free (--headroom) for the caching "
+        "allocator's cache and fragmentation, so only {usable} is usable and it {verdict}.",
         # cheapest fit
-        "cheap.base_not_fit": "Without any strategy the peak is {peak}, over {gpu_memory}.",
-        "cheap.not_fit": "{option} peaks at {peak}, over {gpu_memory}.",
+        "cheap.base_not_fit": "Without any strategy the peak is {peak}, over the {usable} usable.",
+        "cheap.not_fit": "With {option} the peak is still {peak}, over the {usable} usable.",
+        "cheap.host_not_fit": "With {option} it fits the GPU ({peak}) but needs {host} of host RAM "
+        "per node, more than the node's {host_memory}.",
         "cheap.recompute_alone": "Full recompute alone still peaks at {peak}: it does not "
         "touch parameters, gradients or optimizer states.",
-        "cheap.unneeded": "{option} also fits, but adds {cost} per step that is not needed.",
-        "cheap.costlier": "{option} fits ({peak}) but adds {cost} per step, more than "
+        "cheap.unneeded": "With {option} it also fits, but adds {cost} per step that is not "
+        "needed.",
+        "cheap.costlier": "With {option} it fits ({peak}) but adds {cost} per step, more than "
         "{answer_label} (+{answer_cost}).",
         "cheap.none_fits": "{answer_label} fits, at {answer_peak}.",
     },
@@ -708,21 +799,31 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "optimizer.master_only": "یہ fp32 ماسٹر کاپی ہے؛ {precision} کوئی نہیں رکھتا۔",
         "optimizer.weights_copy": "یہ ویٹس کی ایک کاپی ہے؛ سادہ SGD انہیں اپنی جگہ اپڈیٹ "
         "کرتا ہے اور کچھ نہیں رکھتا۔",
-        "bpp.grads_16bit": "یہ ZeRO پیپر کی 16-bit گریڈینٹس والی گنتی ہے؛ یہاں گریڈینٹس "
-        "fp32 (4 بائٹس) ہیں۔",
-        "bpp.grads_fp32": "یہ fp32 گریڈینٹس گنتا ہے (Megatron کے 18)؛ یہاں گریڈینٹس "
-        "{grad_dtype} ہیں۔",
+        "bpp.grads_16bit": "یہ 16-bit گریڈینٹس (2 بائٹس) گنتا ہے؛ یہاں گریڈینٹس {grad_dtype} "
+        "({g} بائٹس) ہیں۔",
+        "bpp.grads_16bit.counted": "یہ ZeRO پیپر کے 16 بائٹس (2 + 2 + 12) ہیں، جو 16-bit "
+        "گریڈینٹس مانتے ہیں؛ یہاں گریڈینٹس {grad_dtype} ({g} بائٹس) ہیں۔",
+        "bpp.grads_fp32": "یہ fp32 گریڈینٹس (4 بائٹس) گنتا ہے؛ یہاں گریڈینٹس {grad_dtype} ہیں۔",
+        "bpp.grads_fp32.counted": "یہ fp32 گریڈینٹس گنتا ہے (Megatron-LM کے 18 بائٹس)؛ یہاں "
+        "گریڈینٹس {grad_dtype} ہیں۔",
         "bpp.forgot_master": "یہ fp32 ماسٹر ویٹس (فی پیرامیٹر 4 بائٹس) بھول جاتا ہے۔",
-        "bpp.grad_copy": "یہ گریڈینٹس کی ایک اضافی fp32 کاپی جوڑتا ہے (ڈسٹری بیوٹڈ "
-        "آپٹیمائزر کے بغیر Megatron کے 20)؛ یہ طریقہ ایک ہی گریڈینٹ رکھتا ہے۔",
+        "bpp.grad_copy": "یہ 16-bit گریڈینٹس اور ان کی ایک fp32 کاپی (2 + 4 بائٹس) گنتا ہے؛ یہ "
+        "طریقہ ایک ہی {grad_dtype} گریڈینٹ ({g} بائٹس) رکھتا ہے۔",
+        "bpp.grad_copy.counted": "یہ 16-bit گریڈینٹس اور ان کی ایک fp32 کاپی (2 + 4 بائٹس: "
+        "float16 گریڈینٹس کے ساتھ Megatron-LM کے 20 بائٹس) گنتا ہے؛ یہ طریقہ ایک ہی {grad_dtype} "
+        "گریڈینٹ ({g} بائٹس) رکھتا ہے۔",
         "bpp.no_master_here": "یہ 4 بائٹس کی ماسٹر کاپی جوڑتا ہے؛ {precision} کوئی نہیں "
         "رکھتا (آپٹیمائزر {weight_dtype} ویٹس کو ہی اپڈیٹ کرتا ہے)۔",
         "bpp.states_fp32": "یہ آپٹیمائزر اسٹیٹس کو fp32 میں گنتا ہے؛ {precision} میں یہ "
         "{state_dtype} ہیں۔",
         "bpp.forgot_grads": "اس میں گریڈینٹس ({grad_dtype}، {g} بائٹس) شامل نہیں۔",
-        "bpp.adam_states": "یہ Adam کی دو اسٹیٹس (m اور v) گنتا ہے؛ {optimizer} اس سے کم رکھتا ہے۔",
-        "bpp.as_fp32": "یہ سب کچھ fp32 (ہر ایک 4 بائٹس) میں گنتا ہے؛ {precision} میں ویٹس "
-        "{weight_dtype} ہیں۔",
+        "bpp.adam_states": "یہ Adam کی دو اسٹیٹس ({state_dtype} میں m اور v، {full_states} "
+        "بائٹس) گنتا ہے؛ {optimizer} کی اسٹیٹس {s} بائٹس ہیں۔",
+        "bpp.states_full_size": "یہ m اور v کو {state_dtype} میں ({full_states} بائٹس) گنتا ہے، "
+        "جیسے torch کا AdamW رکھتا ہے؛ {optimizer} ہر ایک کو 1 بائٹ میں رکھتا ہے، ہر 2048 "
+        "عناصر پر 4 بائٹس کے ایک absmax کے ساتھ ({s})۔",
+        "bpp.as_fp32": "یہ ویٹس اور گریڈینٹس کو fp32 میں گنتا ہے، جیسے fp32 ٹریننگ؛ "
+        "{precision} میں ویٹس {weight_dtype} ہیں۔",
         "bpp.as_mixed": "یہ کسی -mixed طریقے کی گنتی ہے (fp32 گریڈینٹس، ماسٹر ویٹس اور "
         "اسٹیٹس)؛ {precision} سب کچھ {weight_dtype} میں رکھتا ہے۔",
         "bpp.forgot_optimizer": "یہ صرف ویٹس اور گریڈینٹس گنتا ہے؛ آپٹیمائزر کے {o} بائٹس رہ گئے۔",
@@ -754,8 +855,13 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "پوائنٹ سے دوبارہ بناتا ہے، اس لیے ہر بلاک کا فارورڈ دوبارہ چلتا ہے۔",
         "sqrt.flops_free": "چیک پوائنٹنگ مفت نہیں: جو ٹینسرز یہ چھوڑتی ہے وہ فارورڈ دوبارہ "
         "چلا کر بنائے جاتے ہیں۔",
-        "sqrt.flops_per_block": "یہ سیگمنٹ کو اس کے ہر بلاک کے لیے الگ الگ دوبارہ بناتا ہے؛ "
-        "سیگمنٹ ایک ہی بار بنتا ہے اور اس کے ٹینسرز سیگمنٹ کا بیک ورڈ ختم ہونے تک رہتے ہیں۔",
+        "sqrt.flops_per_block": "یہ ہر بلاک کے بیک ورڈ کے لیے سیگمنٹ کے چیک پوائنٹ سے اس بلاک "
+        "تک فارورڈ دوبارہ چلاتا ہے: فی سیگمنٹ 1 + 2 + … + {k} = {k}({k} + 1)/2 بلاک فارورڈ، "
+        "یعنی اصل لاگت کا ({k} + 1)/2 گنا۔ سیگمنٹ ایک ہی بار بنتا ہے اور اس کے ٹینسرز سیگمنٹ "
+        "کا بیک ورڈ ختم ہونے تک رہتے ہیں۔",
+        "sqrt.flops_segment_per_block": "یہ {k} بلاکس کا پورا سیگمنٹ اس کے ہر بلاک کے بیک ورڈ "
+        "کے لیے دوبارہ بناتا ہے، یعنی اصل لاگت کا {k} گنا؛ سیگمنٹ ایک ہی بار بنتا ہے اور اس کے "
+        "ٹینسرز سیگمنٹ کا بیک ورڈ ختم ہونے تک رہتے ہیں۔",
         "everyk.forgot_rebuild": "یہ صرف وہ ہے جو فارورڈ رکھتا ہے؛ بیک ورڈ اس کے اوپر "
         "{every} بلاکس کا ایک سیگمنٹ دوبارہ بناتا ہے ({rebuild})۔",
         "everyk.one_block": "یہ ایک وقت میں ایک بلاک دوبارہ بناتا ہے، جیسے فل ری کمپیوٹ؛ "
@@ -763,19 +869,26 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "everyk.full": "یہ فل ری کمپیوٹ (k = 1) کا سب سے بھاری لمحہ ہے۔",
         "everyk.none": "یہ ہر محفوظ ٹینسر رکھتا ہے، جیسے ری کمپیوٹ کے بغیر۔",
         "everyk.k1": "k = 1 فل ری کمپیوٹ ہے: ہر بلاک کا ان پٹ رکھا جاتا ہے اور ایک وقت میں "
-        "ایک بلاک دوبارہ بنتا ہے؛ سب سے بھاری لمحے میں {worst}، جو k = {best} ({best_worst}) "
+        "ایک بلاک دوبارہ بنتا ہے؛ میموری کے عروج (پیک) پر {worst}، جو k = {best} ({best_worst}) "
         "سے زیادہ ہے۔",
-        "everyk.worse": "k = {k} کے ساتھ سب سے بھاری لمحے میں {worst} موجود ہوتی ہے، جو "
+        "everyk.worse": "k = {k} کے ساتھ میموری کے عروج (پیک) پر {worst} موجود ہوتی ہے، جو "
         "k = {best} ({best_worst}) سے زیادہ ہے۔",
         "fits.sum_all": "یہ چاروں حصے اور اوورہیڈ ایسے جمع کرتا ہے جیسے سب ایک ساتھ موجود "
         "ہوں؛ پیک اسٹیپ کا سب سے بھاری ایک لمحہ ہے۔",
         "fits.states_only": "یہ صرف ماڈل اسٹیٹس اور اوورہیڈ ہیں؛ پیک کے لمحے میں "
         "ایکٹیویشنز یا عارضی ٹینسرز بھی ہوتے ہیں۔",
         "fits.no_overhead": "اس میں پروفائل کا فرض کردہ {overhead} رن ٹائم اوورہیڈ شامل نہیں۔",
-        "fits.verdict": "سائز درست ہے، مگر اس کا {gpu_memory} میں سے {reserve} ریزرو نکال کر "
-        "موازنہ کریں: یہ {verdict}۔",
-        "cheap.base_not_fit": "کسی حکمتِ عملی کے بغیر پیک {peak} ہے، جو {gpu_memory} سے زیادہ ہے۔",
-        "cheap.not_fit": "اس طریقے ({option}) سے پیک {peak} ہے، جو {gpu_memory} سے زیادہ ہے۔",
+        "fits.verdict": "سائز درست ہے، مگر اس کا موازنہ قابلِ استعمال {usable} سے کریں "
+        "({gpu_memory} میں سے {reserve} ریزرو نکال کر): یہ {verdict}۔",
+        "fits.headroom_forgotten": "سائز درست ہے، مگر یہ اس کا موازنہ پوری {gpu_memory} سے "
+        "کرتا ہے؛ تخمینہ کیشنگ ایلوکیٹر کے کیش اور فریگمنٹیشن کے لیے {reserve} خالی رکھتا ہے "
+        "(--headroom)، اس لیے صرف {usable} قابلِ استعمال ہے اور یہ {verdict}۔",
+        "cheap.base_not_fit": "کسی حکمتِ عملی کے بغیر پیک {peak} ہے، جو قابلِ استعمال "
+        "{usable} سے زیادہ ہے۔",
+        "cheap.not_fit": "اس طریقے ({option}) سے پیک {peak} ہے، جو قابلِ استعمال {usable} سے "
+        "زیادہ ہے۔",
+        "cheap.host_not_fit": "یہ طریقہ ({option}) GPU پر فٹ ہو جاتا ہے ({peak}) مگر اسے فی "
+        "نوڈ {host} ہوسٹ RAM چاہیے، جو نوڈ کی {host_memory} سے زیادہ ہے۔",
         "cheap.recompute_alone": "صرف فل ری کمپیوٹ کے ساتھ بھی پیک {peak} ہے: یہ پیرامیٹرز، "
         "گریڈینٹس اور آپٹیمائزر اسٹیٹس کو نہیں چھوتا۔",
         "cheap.unneeded": "یہ طریقہ ({option}) بھی فٹ ہو جاتا ہے، مگر فی اسٹیپ {cost} بڑھاتا "
@@ -787,7 +900,7 @@ MISTAKES: dict[Lang, dict[str, str]] = {
 }
 """What each distractor stands for, by mistake key and language: shown when it is picked."""
 
-for _words in (words_finetune, words_parallel, words_moe):
+for _words in (words_finetune, words_parallel, words_moe, words_runtime):
     for _name, _by_lang in _words.TEMPLATES.items():
         if _name in TEMPLATES:
             raise ValueError(f"question kind {_name!r} has words twice")

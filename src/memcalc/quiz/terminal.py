@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from memcalc.quiz.bank import Lang
 from memcalc.quiz.bidi import rtl_line
 
-_HANGING = re.compile(r"^(\s*(?:\S{1,2}\)\s)?)")
+_HANGING = re.compile(r"^(\s*(?:\S{1,2}\)\s|\(\S{1,3}\)\s)?)")
 """The indent of a wrapped line's continuation: the leading spaces, and an option's letter."""
 
 
@@ -29,6 +29,16 @@ def terminal_width() -> int | None:
     if sys.stdout.isatty():
         return shutil.get_terminal_size().columns
     return None
+
+
+_UNITS = (
+    "GiB|MiB|KiB|TiB|GB|MB|kB|TB|GB/s|bytes|byte|بائٹس|بائٹ|ms|µs|s|B|M|K|"
+    "PFLOP|TFLOP|GFLOP|MFLOP|FLOPs|FLOP|tokens|blocks|layers"
+)
+_NUMBER_UNIT = re.compile(rf"(\d) (?=(?:{_UNITS})(?![\w]))")
+"""A number followed by its unit: the space between them is not a place to wrap."""
+_GLUE = "\ue000"
+"""A private-use character that stands for that space while a paragraph is wrapped."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +68,13 @@ class Screen:
             return [paragraph]
         indent = _HANGING.match(paragraph)
         hanging = " " * len(indent.group(1)) if indent else ""
-        return textwrap.wrap(
-            paragraph,
+        # a number and its unit are one word for the wrapping (720.53 MiB never splits)
+        glued = _NUMBER_UNIT.sub(lambda m: m.group(1) + _GLUE, paragraph)
+        lines = textwrap.wrap(
+            glued,
             width=max(self.width, len(hanging) + 10),
             subsequent_indent=hanging,
             break_long_words=False,
             break_on_hyphens=False,
         )
+        return [line.replace(_GLUE, " ") for line in lines]

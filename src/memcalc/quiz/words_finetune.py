@@ -127,8 +127,8 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             prompt="QLoRA stores the {quantized} weights of {model}'s {tensors} linear-layer "
             "matrices in {quant} (bitsandbytes). How much GPU memory do these quantized "
             "weights take?",
-            explanation="{storage_sentence}In all {value}, against {sixteen} in 16-bit. The "
-            "embeddings, norms and LM head are not quantized and take {frozen_b} more.",
+            explanation="{storage_sentence}In all {value}, against {sixteen} in 16-bit. "
+            "{unquantized_sentence}",
             parts={
                 "nf4": "{quant} keeps a 4-bit code per weight (0.5 bytes) and one fp32 absmax per "
                 "block of 64 weights (4/64 = 1/16 bytes): 0.5 + 1/16 = {per_param} bytes per "
@@ -141,14 +141,17 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "quantize_4bit with compress_statistics). ",
                 "int8": "LLM.int8 keeps 1 byte per weight and one fp32 scale per output row "
                 "(bitsandbytes Linear8bitLt): about {per_param} byte per weight. ",
+                "unquantized": "The {kinds} are not quantized and take {frozen_b} more.",
+                "unquantized_experts": "Not quantized: the routed experts ({experts_b}; fused "
+                "nn.Parameters, which bitsandbytes leaves alone) and the {kinds} ({others_b}).",
             },
         ),
         Lang.ur: Template(
-            prompt="QLoRA، {model} کی {tensors} لینیئر لیئر میٹرکسز کے {quantized} ویٹس "
-            "{quant} (bitsandbytes) میں رکھتا ہے۔ یہ کوانٹائزڈ ویٹس GPU کی کتنی میموری لیتے "
-            "ہیں؟",
+            prompt="QLoRA میں {model} کی {tensors} لینیئر لیئر میٹرکسز کے {quantized} ویٹس "
+            "{quant} (bitsandbytes) میں رکھے جاتے ہیں۔ یہ کوانٹائزڈ ویٹس GPU کی کتنی میموری "
+            "لیتے ہیں؟",
             explanation="{storage_sentence}کل {value}، جبکہ 16-bit میں یہ {sixteen} ہوتے۔ "
-            "ایمبیڈنگز، نارمز اور LM ہیڈ کوانٹائز نہیں ہوتے اور مزید {frozen_b} لیتے ہیں۔",
+            "{unquantized_sentence}",
             parts={
                 "nf4": "{quant} ہر ویٹ کا 4-bit کوڈ (0.5 بائٹ) رکھتا ہے اور 64 ویٹس کے ہر بلاک کا "
                 "ایک fp32 absmax (4/64 = 1/16 بائٹ): فی ویٹ 0.5 + 1/16 = {per_param} بائٹس، "
@@ -161,6 +164,9 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "quantize_4bit، compress_statistics کے ساتھ)۔ ",
                 "int8": "LLM.int8 ہر ویٹ کا 1 بائٹ اور ہر آؤٹ پٹ رو کا ایک fp32 اسکیل رکھتا ہے "
                 "(bitsandbytes کا Linear8bitLt): فی ویٹ تقریباً {per_param} بائٹ۔ ",
+                "unquantized": "{kinds} کوانٹائز نہیں ہوتے اور مزید {frozen_b} لیتے ہیں۔",
+                "unquantized_experts": "کوانٹائز نہیں ہوتے: روٹڈ ایکسپرٹس ({experts_b}؛ فیوزڈ "
+                "nn.Parameter، جنہیں bitsandbytes نہیں چھیڑتا) اور {kinds} ({others_b})۔",
             },
         ),
     },
@@ -168,12 +174,22 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
         Lang.en: Template(
             prompt="Without recompute, which part of QLoRA fine-tuning {ctx} (r = {rank} on "
             "{targets}, base in {quant}) takes the most GPU memory?",
-            explanation="Quantized base {base_b}; unquantized weights (embeddings, norms, LM "
-            "head) {frozen_b}; adapters with their gradients and optimizer states "
-            "{adapters_b}; activations {activations_b}. Largest: {largest} ({largest_b}). "
-            "Quantizing shrinks the base, and the adapters are tiny, so the activations are "
-            "often what is left to fight. {checkpointing_sentence}",
+            explanation="In memory: {parts}. Largest: {largest} ({largest_b}). {lesson}"
+            "{experts_sentence}{checkpointing_sentence}",
             parts={
+                "lesson.base": "Even at 4 bits the quantized base is the largest part here. ",
+                "lesson.experts": "",
+                "lesson.frozen": "The weights bitsandbytes leaves unquantized outweigh the "
+                "quantized ones here. ",
+                "lesson.adapters": "The adapters with their gradients and optimizer states are "
+                "the largest part here: many targets or a high rank. ",
+                "lesson.activations": "Quantizing shrinks the base and the adapters are tiny, "
+                "so the activations are what is left to fight. ",
+                "experts": "The routed experts ({experts_b}) are fused nn.Parameters, not "
+                "nn.Linear modules: bitsandbytes quantizes only nn.Linear, and PEFT's LoRA "
+                "leaves them frozen unless a target names them{upcast}. ",
+                "upcast": "; prepare_model_for_kbit_training upcasts every unquantized parameter, "
+                "so they are fp32",
                 "checkpointing": "With full recompute (gradient checkpointing, which "
                 "prepare_model_for_kbit_training turns on by default) the activations would "
                 "be {checkpointed}.",
@@ -182,12 +198,22 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
         Lang.ur: Template(
             prompt="ری کمپیوٹ کے بغیر، {ctx} کی QLoRA فائن ٹیوننگ (r = {rank}، {targets} پر، "
             "بیس {quant} میں) میں GPU کی سب سے زیادہ میموری کون سا حصہ لیتا ہے؟",
-            explanation="کوانٹائزڈ بیس {base_b}؛ غیر کوانٹائزڈ ویٹس (ایمبیڈنگز، نارمز، LM "
-            "ہیڈ) {frozen_b}؛ اڈاپٹرز اپنے گریڈینٹس اور آپٹیمائزر اسٹیٹس سمیت {adapters_b}؛ "
-            "ایکٹیویشنز {activations_b}۔ سب سے بڑا حصہ: {largest} ({largest_b})۔ کوانٹائزیشن "
-            "بیس کو چھوٹا کر دیتی ہے اور اڈاپٹرز بہت چھوٹے ہیں، اس لیے اکثر ایکٹیویشنز ہی "
-            "رہ جاتی ہیں جن سے نمٹنا ہو۔ {checkpointing_sentence}",
+            explanation="میموری میں: {parts}۔ سب سے بڑا حصہ: {largest} ({largest_b})۔ {lesson}"
+            "{experts_sentence}{checkpointing_sentence}",
             parts={
+                "lesson.base": "4 بٹس میں بھی کوانٹائزڈ بیس یہاں سب سے بڑا حصہ ہے۔ ",
+                "lesson.experts": "",
+                "lesson.frozen": "یہاں وہ ویٹس جنہیں bitsandbytes کوانٹائز نہیں کرتا، کوانٹائزڈ "
+                "ویٹس سے بھاری ہیں۔ ",
+                "lesson.adapters": "یہاں اڈاپٹرز اپنے گریڈینٹس اور آپٹیمائزر اسٹیٹس سمیت سب سے "
+                "بڑا حصہ ہیں: بہت سے ٹارگٹس یا بڑا رینک۔ ",
+                "lesson.activations": "کوانٹائزیشن بیس کو چھوٹا کر دیتی ہے اور اڈاپٹرز بہت چھوٹے "
+                "ہیں، اس لیے ایکٹیویشنز ہی رہ جاتی ہیں جن سے نمٹنا ہو۔ ",
+                "experts": "روٹڈ ایکسپرٹس ({experts_b}) فیوزڈ nn.Parameter ہیں، nn.Linear ماڈیول "
+                "نہیں: bitsandbytes صرف nn.Linear کو کوانٹائز کرتا ہے، اور PEFT کا LoRA انہیں "
+                "منجمد رہنے دیتا ہے جب تک کوئی ٹارگٹ ان کا نام نہ لے{upcast}۔ ",
+                "upcast": "؛ prepare_model_for_kbit_training ہر غیر کوانٹائزڈ پیرامیٹر کو fp32 "
+                "میں بدل دیتا ہے، اس لیے یہ fp32 میں ہیں",
                 "checkpointing": "فل ری کمپیوٹ (گریڈینٹ چیک پوائنٹنگ، جسے "
                 "prepare_model_for_kbit_training ڈیفالٹ طور پر آن کرتا ہے) کے ساتھ ایکٹیویشنز "
                 "{checkpointed} ہوتیں۔",
@@ -201,22 +227,48 @@ LABELS: dict[Lang, dict[str, str]] = {
     Lang.en: {
         "lora.all_linear": "every linear layer (all-linear)",
         "qlora.base": "The quantized base weights ({quant})",
-        "qlora.frozen": "The unquantized weights (embeddings, norms, LM head)",
+        "qlora.experts": "The routed experts' weights (fused, left unquantized)",
+        "qlora.frozen": "The unquantized weights ({kinds})",
         "qlora.adapters": "The adapters with their gradients and optimizer states",
         "qlora.activations": "The activations saved for backward",
         "term.qlora.base": "quantized base weights",
-        "term.qlora.frozen": "unquantized weights",
+        "term.qlora.experts": "routed experts' weights",
+        "term.qlora.frozen": "unquantized {kinds}",
+        "frozen.embeddings": "embeddings",
+        "frozen.norms": "norms",
+        "frozen.lm_head": "LM head",
+        "frozen.biases": "biases",
+        "frozen.routers": "routers",
+        "part_size": "{part} {size}",
+        "takes.base": "take",
+        "takes.experts": "take",
+        "takes.frozen": "take",
+        "takes.adapters": "take",
+        "takes.activations": "take",
         "term.qlora.adapters": "adapters with their gradients and states",
         "term.qlora.activations": "activations",
     },
     Lang.ur: {
         "lora.all_linear": "ہر لینیئر لیئر (all-linear)",
         "qlora.base": "کوانٹائزڈ بیس ویٹس ({quant})",
-        "qlora.frozen": "غیر کوانٹائزڈ ویٹس (ایمبیڈنگز، نارمز، LM ہیڈ)",
+        "qlora.experts": "روٹڈ ایکسپرٹس کے ویٹس (فیوزڈ، غیر کوانٹائزڈ)",
+        "qlora.frozen": "غیر کوانٹائزڈ ویٹس ({kinds})",
         "qlora.adapters": "اڈاپٹرز، اپنے گریڈینٹس اور آپٹیمائزر اسٹیٹس سمیت",
         "qlora.activations": "بیک ورڈ کے لیے محفوظ ایکٹیویشنز",
         "term.qlora.base": "کوانٹائزڈ بیس ویٹس",
-        "term.qlora.frozen": "غیر کوانٹائزڈ ویٹس",
+        "term.qlora.experts": "روٹڈ ایکسپرٹس کے ویٹس",
+        "term.qlora.frozen": "غیر کوانٹائزڈ {kinds}",
+        "frozen.embeddings": "ایمبیڈنگز",
+        "frozen.norms": "نارمز",
+        "frozen.lm_head": "LM ہیڈ",
+        "frozen.biases": "بائسز",
+        "frozen.routers": "راؤٹرز",
+        "part_size": "{part} {size}",
+        "takes.base": "لیتے ہیں",
+        "takes.experts": "لیتے ہیں",
+        "takes.frozen": "لیتے ہیں",
+        "takes.adapters": "لیتے ہیں",
+        "takes.activations": "لیتی ہیں",
         "term.qlora.adapters": "اڈاپٹرز اور ان کی اسٹیٹس",
         "term.qlora.activations": "ایکٹیویشنز",
     },
@@ -229,6 +281,11 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "(all-linear); here only {targets} are adapted.",
         "lora.rank_over_width": "That is r / hidden size ({rank} / {hidden}): one adapter's "
         "width against one layer's, not the parameters trained against the whole model.",
+        "lora.a_only": "That counts only the A matrices (r × n_in); each adapter also has B "
+        "(n_out × r), r × (n_in + n_out) in all.",
+        "lora.one_layer": "That is one layer's adapters; each of the {layers} layers has its own.",
+        "lora.bytes_share": "That is the adapters' share of the weights' bytes ({adapter_dtype} "
+        "adapters beside a base in other dtypes), not their share of the parameters.",
         "lora.frozen_share": "That is the frozen share: the base weights LoRA leaves as they are.",
         "lora.everything": "That is full fine-tuning; LoRA freezes the base and trains only "
         "the adapters.",
@@ -256,13 +313,19 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "qlora.single_quant": "That keeps an fp32 absmax per 64 weights (0.5625 bytes per "
         "weight); double quantization stores it in 8 bits.",
         "qlora.as_nf4": "That is NF4 storage (0.5625 bytes per weight), not LLM.int8.",
-        "qlora.smaller": "The {term} take {size}; the {largest_term} take more ({largest_b}).",
+        "qlora.smaller": "The {term} {takes} {size}; the {largest_term} {largest_takes} more "
+        "({largest_b}).",
     },
     Lang.ur: {
         "lora.all_linear": "یہ ہر لینیئر لیئر (all-linear) پر اڈاپٹرز والا حصہ ہے؛ یہاں "
         "صرف {targets} اڈاپٹ ہوئے ہیں۔",
         "lora.rank_over_width": "یہ r / ہِڈن سائز ({rank} / {hidden}) ہے: ایک اڈاپٹر کی "
         "چوڑائی کا ایک لیئر سے موازنہ، پورے ماڈل کے مقابلے میں ٹرین ہونے والے پیرامیٹرز نہیں۔",
+        "lora.a_only": "یہ صرف A میٹرکسز (r × n_in) گنتا ہے؛ ہر اڈاپٹر کا B (n_out × r) بھی "
+        "ہوتا ہے، کل r × (n_in + n_out)۔",
+        "lora.one_layer": "یہ ایک لیئر کے اڈاپٹرز ہیں؛ {layers} لیئرز میں سے ہر ایک کے اپنے ہیں۔",
+        "lora.bytes_share": "یہ ویٹس کے بائٹس میں اڈاپٹرز کا حصہ ہے ({adapter_dtype} اڈاپٹرز، "
+        "دوسرے dtype والے بیس کے ساتھ)، پیرامیٹرز میں ان کا حصہ نہیں۔",
         "lora.frozen_share": "یہ منجمد حصہ ہے: بیس ویٹس جنہیں LoRA جوں کا توں چھوڑ دیتا ہے۔",
         "lora.everything": "یہ مکمل فائن ٹیوننگ ہے؛ LoRA بیس کو منجمد کر کے صرف اڈاپٹرز "
         "ٹرین کرتا ہے۔",
@@ -289,7 +352,7 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "qlora.single_quant": "یہ ہر 64 ویٹس کا fp32 absmax رکھتا ہے (فی ویٹ 0.5625 بائٹ)؛ "
         "ڈبل کوانٹائزیشن اسے 8 بٹس میں رکھتی ہے۔",
         "qlora.as_nf4": "یہ NF4 کا سائز ہے (فی ویٹ 0.5625 بائٹ)، LLM.int8 کا نہیں۔",
-        "qlora.smaller": "{term} {size} لیتے ہیں؛ {largest_term} ان سے زیادہ لیتے ہیں "
+        "qlora.smaller": "{term} {size} {takes}؛ {largest_term} ان سے زیادہ {largest_takes} "
         "({largest_b})۔",
     },
 }

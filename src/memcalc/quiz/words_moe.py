@@ -65,6 +65,36 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             },
         ),
     },
+    "expert-parallel-states": {
+        Lang.en: Template(
+            prompt="You train {ctx} with data parallelism over {ep} GPUs; every GPU keeps all "
+            "{experts} routed experts of each MoE layer and {before} of weights, gradients and "
+            "optimizer states. With expert parallelism over the same {ep} GPUs (ep = {ep}), how "
+            "much do the model states take on each GPU?",
+            explanation="Expert parallelism places E / ep = {per_rank} of the {experts} routed "
+            "experts of every MoE layer on each GPU, and tokens travel to their experts and "
+            "back by all-to-all. The routed experts are {routed_share} of the parameters; the "
+            "rest (attention, embeddings, norms, the routers{shared_note}) stays replicated on "
+            "every GPU, so the model states drop from {before} to {value}, not to 1/{ep}. The "
+            "activations grow instead ({acts_whole} → {acts_split}): each GPU's experts take "
+            "the tokens routed to them from all {ep} GPUs, and memcalc sizes their buffers for "
+            "a load imbalance of {imbalance} (--moe-imbalance).",
+        ),
+        Lang.ur: Template(
+            prompt="آپ {ctx} کو {ep} GPUs پر ڈیٹا پیرالل ازم کے ساتھ ٹرین کرتے ہیں؛ ہر GPU ہر "
+            "MoE لیئر کے تمام {experts} روٹڈ ایکسپرٹس رکھتا ہے اور ویٹس، گریڈینٹس اور آپٹیمائزر "
+            "اسٹیٹس کے {before}۔ انہی {ep} GPUs پر ایکسپرٹ پیرالل ازم (ep = {ep}) کے ساتھ ہر "
+            "GPU پر ماڈل اسٹیٹس کتنی میموری لیتی ہیں؟",
+            explanation="ایکسپرٹ پیرالل ازم ہر MoE لیئر کے {experts} روٹڈ ایکسپرٹس میں سے "
+            "E / ep = {per_rank} ہر GPU پر رکھتا ہے، اور ٹوکنز all-to-all کے ذریعے اپنے "
+            "ایکسپرٹس تک جاتے اور واپس آتے ہیں۔ روٹڈ ایکسپرٹس پیرامیٹرز کا {routed_share} ہیں؛ "
+            "باقی حصہ (اٹینشن، ایمبیڈنگز، نارمز، راؤٹرز{shared_note}) ہر GPU پر پورا رہتا ہے، "
+            "اس لیے ماڈل اسٹیٹس {before} سے {value} رہ جاتی ہیں، 1/{ep} نہیں۔ اس کے بدلے "
+            "ایکٹیویشنز بڑھتی ہیں ({acts_whole} → {acts_split}): ہر GPU کے ایکسپرٹس تمام {ep} "
+            "GPUs سے اپنی طرف بھیجے گئے ٹوکنز لیتے ہیں، اور memcalc ان کے بفرز {imbalance} کے "
+            "لوڈ عدم توازن کے لیے رکھتا ہے (--moe-imbalance)۔",
+        ),
+    },
 }
 """Prompt and explanation of each mixture-of-experts question, by kind and language."""
 
@@ -86,6 +116,11 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "weights, gradients and optimizer states.",
         "moe.weights_only": "That is the weights alone; the gradients ({g}) and optimizer "
         "states ({o}) come on top.",
+        "ep.not_split": "That is plain data parallelism: every GPU keeps every expert.",
+        "ep.all_divided": "That divides everything by ep = {ep}; expert parallelism splits only "
+        "the routed experts, the rest stays whole on every GPU.",
+        "ep.experts_only": "That counts only this GPU's experts; it also keeps the attention, "
+        "embeddings, norms and routers, replicated.",
     },
     Lang.ur: {
         "moe.total": "یہ کل تعداد ہے: میموری میں ہر ایکسپرٹ گنا جاتا ہے، مگر ایک ٹوکن "
@@ -102,6 +137,11 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "اور آپٹیمائزر اسٹیٹس رکھتا ہے۔",
         "moe.weights_only": "یہ صرف ویٹس ہیں؛ گریڈینٹس ({g}) اور آپٹیمائزر اسٹیٹس ({o}) ان "
         "کے علاوہ ہیں۔",
+        "ep.not_split": "یہ سادہ ڈیٹا پیرالل ازم ہے: ہر GPU ہر ایکسپرٹ رکھتا ہے۔",
+        "ep.all_divided": "یہ ہر چیز کو ep = {ep} سے تقسیم کرتا ہے؛ ایکسپرٹ پیرالل ازم صرف روٹڈ "
+        "ایکسپرٹس کو بانٹتا ہے، باقی ہر GPU پر پورا رہتا ہے۔",
+        "ep.experts_only": "یہ صرف اس GPU کے ایکسپرٹس گنتا ہے؛ یہ اٹینشن، ایمبیڈنگز، نارمز اور "
+        "راؤٹرز بھی پورے رکھتا ہے۔",
     },
 }
 """What each distractor of the mixture-of-experts questions stands for."""

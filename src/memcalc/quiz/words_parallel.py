@@ -142,12 +142,96 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "سے شارڈ کیجیے)۔",
         ),
     },
+    "fsdp-gathered-weights": {
+        Lang.en: Template(
+            prompt="You train {ctx} with ZeRO-3 / FSDP over {gpus} GPUs: each GPU keeps 1/{gpus} "
+            "of every weight ({shard}); one block's weights are {block}, the embedding, final "
+            "norm and LM head {root}. How much memory do the weights take on one GPU at the "
+            "step's peak ({where})?",
+            explanation="FSDP all-gathers a block's full weights just before the block runs and "
+            "frees them after it (reshard_after_forward). At this moment the GPU holds its shard "
+            "of everything, the root group's full weights (the embedding, final norm and LM "
+            "head, which FSDP2 keeps gathered from the forward to the end of backward) and "
+            "{blocks_sentence}: {sum}. Without sharding the weights alone would be {full}. The "
+            "gradients go the other way: each block's full gradients are reduce-scattered after "
+            "its backward, and FSDP2 keeps the last reduce-scatter's input until the next one"
+            "{grads_sentence}.",
+            parts={
+                "grads": ", so at this moment the gradients take {peak_grads} against a final "
+                "shard of {grads_shard}",
+                "no_grads": "; at this moment backward has written no gradient yet (their "
+                "final shard is {grads_shard})",
+                "two": "the running block's full weights plus the next block's, prefetched",
+                "one": "one block's full weights (the running block's, or the last block's, kept "
+                "from the forward for the loss)",
+            },
+        ),
+        Lang.ur: Template(
+            prompt="آپ {ctx} کو {gpus} GPUs پر ZeRO-3 / FSDP کے ساتھ ٹرین کرتے ہیں: ہر GPU ہر "
+            "ویٹ کا 1/{gpus} حصہ رکھتا ہے ({shard})؛ ایک بلاک کے ویٹس {block} ہیں، اور ایمبیڈنگ، "
+            "آخری نارم اور LM ہیڈ {root}۔ اسٹیپ کی پیک پر ({where}) ایک GPU پر ویٹس کتنی میموری "
+            "لیتے ہیں؟",
+            explanation="FSDP کسی بلاک کے چلنے سے عین پہلے اس کے پورے ویٹس all-gather کرتا ہے "
+            "اور بعد میں انہیں خالی کر دیتا ہے (reshard_after_forward)۔ اس لمحے GPU کے پاس ہر "
+            "چیز کا اپنا شارڈ ہے، روٹ گروپ کے پورے ویٹس (ایمبیڈنگ، آخری نارم اور LM ہیڈ، جنہیں "
+            "FSDP2 فارورڈ سے بیک ورڈ کے آخر تک جمع رکھتا ہے) اور {blocks_sentence}: {sum}۔ "
+            "شارڈنگ کے بغیر صرف ویٹس {full} ہوتے۔ گریڈینٹس الٹی سمت چلتے ہیں: ہر بلاک کے پورے "
+            "گریڈینٹس اس کے بیک ورڈ کے بعد reduce-scatter ہوتے ہیں، اور FSDP2 پچھلے "
+            "reduce-scatter کا ان پٹ اگلے تک رکھتا ہے{grads_sentence}۔",
+            parts={
+                "grads": "، اس لیے اس لمحے گریڈینٹس {peak_grads} لیتے ہیں، جبکہ آخر میں ان کا "
+                "شارڈ {grads_shard} ہے",
+                "no_grads": "؛ اس لمحے تک بیک ورڈ نے کوئی گریڈینٹ نہیں لکھا (ان کا آخری شارڈ "
+                "{grads_shard} ہے)",
+                "two": "چلتے بلاک کے پورے ویٹس اور اگلے بلاک کے بھی، جو پہلے سے منگوا لیے جاتے "
+                "ہیں (prefetch)",
+                "one": "ایک بلاک کے پورے ویٹس (چلتے بلاک کے، یا آخری بلاک کے جو لاس کے لیے "
+                "فارورڈ سے رکھے رہتے ہیں)",
+            },
+        ),
+    },
+    "interleaved-pipeline": {
+        Lang.en: Template(
+            prompt="You train {ctx} on a pipeline of p = {p} GPUs with m = {m} micro-batches per "
+            "step. On plain 1F1B the first GPU holds {before} of activations at its first "
+            "backward. With the interleaved schedule, v = {v} virtual stages per GPU (each GPU "
+            "holds {v} smaller chunks of layers), how much does it hold?",
+            explanation="Interleaving makes the first GPU run more forwards before its first "
+            "backward: Megatron counts p × (1 + (p − 1)/(p v)) = {p} × (1 + {p1}/{pv}) "
+            "micro-batches' worth of its layers, {held} when rounded up, against {plain_held} "
+            "on plain 1F1B: {before} → {value} (Narayanan et al. 2021). What it buys: the "
+            "bubble's time shrinks by v, from {bubble_plain} to {bubble_inter} of the step, at "
+            "the price of v times as many point-to-point transfers.",
+        ),
+        Lang.ur: Template(
+            prompt="آپ {ctx} کو p = {p} GPUs کی پائپ لائن پر ہر اسٹیپ میں m = {m} مائیکرو بیچز "
+            "کے ساتھ ٹرین کرتے ہیں۔ سادہ 1F1B پر پہلا GPU اپنے پہلے بیک ورڈ کے وقت {before} "
+            "ایکٹیویشنز رکھتا ہے۔ انٹرلیوڈ شیڈول میں، ہر GPU پر v = {v} ورچوئل اسٹیجز (ہر GPU "
+            "لیئرز کے {v} چھوٹے ٹکڑے رکھتا ہے)، یہ کتنی رکھتا ہے؟",
+            explanation="انٹرلیونگ پہلے GPU سے پہلے بیک ورڈ سے قبل زیادہ فارورڈ چلواتی ہے: "
+            "Megatron کی گنتی p × (1 + (p − 1)/(p v)) = {p} × (1 + {p1}/{pv}) مائیکرو بیچز کے "
+            "برابر اس کی لیئرز ہے، اوپر راؤنڈ کر کے {held}، جبکہ سادہ 1F1B پر {plain_held}: "
+            "{before} → {value} (Narayanan et al. 2021)۔ اس کا فائدہ: ببل کا وقت v گنا کم ہو جاتا "
+            "ہے، اسٹیپ کے {bubble_plain} سے {bubble_inter}، اس قیمت پر کہ پوائنٹ ٹو پوائنٹ "
+            "ٹرانسفرز v گنا ہو جاتے ہیں۔",
+        ),
+    },
 }
 """Prompt and explanation of each question on several GPUs, by kind and language."""
 
 LABELS: dict[Lang, dict[str, str]] = {
-    Lang.en: {"cp_pair": "activations {acts}, model states {states}"},
-    Lang.ur: {"cp_pair": "ایکٹیویشنز {acts}، ماڈل اسٹیٹس {states}"},
+    Lang.en: {
+        "cp_pair": "activations {acts}, model states {states}",
+        "fsdp.shard": "shard",
+        "fsdp.root": "root group",
+        "fsdp.blocks": "blocks",
+    },
+    Lang.ur: {
+        "cp_pair": "ایکٹیویشنز {acts}، ماڈل اسٹیٹس {states}",
+        "fsdp.shard": "شارڈ",
+        "fsdp.root": "روٹ گروپ",
+        "fsdp.blocks": "بلاکس",
+    },
 }
 """Option labels of the questions on several GPUs."""
 
@@ -188,6 +272,19 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "those of its {local} tokens.",
         "cp.backwards": "That has it backwards: cp splits the activations (the sequence), "
         "not the model states.",
+        "fsdp.shard_only": "That is the shard alone; at that moment FSDP has also all-gathered "
+        "full weights: the root group's ({root}) and those of the blocks that run.",
+        "fsdp.one_block": "That adds one block's full weights but forgets the root group's "
+        "({root}), which FSDP2 keeps gathered from the forward to the end of backward, and any "
+        "prefetched block.",
+        "fsdp.unsharded": "That is every weight unsharded, as without ZeRO-3; each GPU keeps "
+        "only 1/{gpus} between uses.",
+        "ilv.same": "That is plain 1F1B's figure; interleaving makes the first GPU start more "
+        "micro-batches before its first backward ({held} instead of {plain_held}).",
+        "ilv.divided": "That divides by v because each chunk is 1/v of the GPU's layers; but "
+        "the GPU holds more micro-batches of all its chunks, not fewer.",
+        "ilv.times_v": "That multiplies by v, as if each virtual stage held p micro-batches; "
+        "Megatron's penalty is 1 + (p − 1)/(p v), not v.",
     },
     Lang.ur: {
         "tp.with_sp": "یہ سیکوئنس پیرالل ازم کے ساتھ کا عدد ہے، جو نارمز کے ان پٹ، ڈراپ آؤٹ "
@@ -223,6 +320,19 @@ MISTAKES: dict[Lang, dict[str, str]] = {
         "cp.acts_whole": "یہ پوری سیکوئنس کی ایکٹیویشنز رکھتا ہے؛ ہر GPU صرف اپنے {local} "
         "ٹوکنز کی رکھتا ہے۔",
         "cp.backwards": "یہ الٹ ہے: cp ایکٹیویشنز (سیکوئنس) کو بانٹتا ہے، ماڈل اسٹیٹس کو نہیں۔",
+        "fsdp.shard_only": "یہ صرف شارڈ ہے؛ اس لمحے FSDP پورے ویٹس بھی all-gather کر چکا ہوتا "
+        "ہے: روٹ گروپ کے ({root}) اور ان بلاکس کے جو چل رہے ہیں۔",
+        "fsdp.one_block": "یہ ایک بلاک کے پورے ویٹس جوڑتا ہے مگر روٹ گروپ کے ویٹس ({root}) بھول "
+        "جاتا ہے، جنہیں FSDP2 فارورڈ سے بیک ورڈ کے آخر تک جمع رکھتا ہے، اور پہلے سے منگوایا "
+        "گیا بلاک بھی۔",
+        "fsdp.unsharded": "یہ تمام ویٹس بغیر شارڈنگ کے ہیں، جیسے ZeRO-3 کے بغیر؛ ہر GPU "
+        "استعمال کے درمیان صرف 1/{gpus} حصہ رکھتا ہے۔",
+        "ilv.same": "یہ سادہ 1F1B والا عدد ہے؛ انٹرلیونگ میں پہلا GPU اپنے پہلے بیک ورڈ سے "
+        "پہلے زیادہ مائیکرو بیچز شروع کرتا ہے ({plain_held} کی جگہ {held})۔",
+        "ilv.divided": "یہ v سے تقسیم کرتا ہے کیونکہ ہر ٹکڑا GPU کی لیئرز کا 1/v ہے؛ مگر GPU "
+        "اپنے تمام ٹکڑوں کے زیادہ مائیکرو بیچز رکھتا ہے، کم نہیں۔",
+        "ilv.times_v": "یہ v سے ضرب دیتا ہے، جیسے ہر ورچوئل اسٹیج p مائیکرو بیچز رکھتا ہو؛ "
+        "Megatron کا اضافہ 1 + (p − 1)/(p v) ہے، v نہیں۔",
     },
 }
 """What each distractor of the questions on several GPUs stands for."""

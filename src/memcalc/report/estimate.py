@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from memcalc.estimate import Breakdown, Options
+from memcalc.profiles import GpuProfile
 from memcalc.report.finite import dumps
 from memcalc.report.records import (
     Format,
@@ -58,13 +59,15 @@ def strategy_rows(
     num_blocks: int,
     setup: TrainingSetup,
     options: Options | None,
+    gpu: GpuProfile | None = None,
 ) -> list[Breakdown]:
-    """The breakdowns to show: every default strategy when none was chosen, else the one."""
+    """The breakdowns to show: every default strategy when none was chosen (those ``gpu``'s
+    server can run), else the one."""
     from memcalc.strategies.selection import default_strategies
 
     if options is not None:
         return [run(options)]
-    return [run(o) for o in default_strategies(num_blocks, setup)]
+    return [run(o) for o in default_strategies(num_blocks, setup, gpu)]
 
 
 def render_estimate(

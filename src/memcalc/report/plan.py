@@ -13,11 +13,11 @@ from memcalc.report.estimate import time_basis
 from memcalc.report.finite import dumps
 from memcalc.report.records import (
     JSON_SCHEMA_VERSION,
-    LAYOUT_FIELDS,
     Format,
     breakdown_record,
     csv_row,
     fmt_bytes,
+    layout_record,
     to_csv,
     verdict_text,
 )
@@ -57,7 +57,7 @@ def row_record(row: Row) -> dict[str, Any]:
     return {
         "gpu": b.gpu.name,
         "gpus": row.gpus,
-        "layout": {"world_size": p.world_size, **{k: getattr(p, k) for k in LAYOUT_FIELDS}},
+        "layout": {"world_size": p.world_size, **layout_record(b.setup)},
         "micro_batch": b.setup.batch,
         "global_batch": row.layout.sequences,
         "tokens_per_step": row.tokens_per_step,

@@ -8,31 +8,29 @@ every key carries its unit.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from enum import Enum
 from typing import Any
 
 from memcalc.estimate import Breakdown
+from memcalc.frameworks import PARALLEL_IMPL_OF, framework
+from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.comms import Transfer
 from memcalc.units import Unit, to_unit
 
 JSON_SCHEMA_VERSION = 1
 
-LAYOUT_FIELDS = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "sp",
-    "vpp",
-    "microbatches",
-    "zero",
-    "fsdp_reshard",
-    "shard_size",
-    "bucket_view",
-    "parallel_impl",
-)
+
+def layout_record(setup: TrainingSetup) -> dict[str, Any]:
+    """The parallel layout as JSON: every field of ``Parallelism``, and ``parallel_impl`` --
+    the old ``--parallel-impl`` value the setup amounts to: ``torch`` under a framework
+    running DTensor (hf, reference), else ``megatron`` (its old default, also when no
+    framework is named)."""
+    par = setup.parallel
+    named = setup.framework
+    impl = PARALLEL_IMPL_OF[framework(named).tensor_parallel] if named else "megatron"
+    return {f.name: getattr(par, f.name) for f in dataclasses.fields(par)} | {"parallel_impl": impl}
 
 
 class Format(str, Enum):
@@ -144,7 +142,7 @@ def context_record(b: Breakdown) -> dict[str, Any]:
         "mfu": b.options.mfu,
         "layout": {
             "world_size": s.parallel.world_size,
-            **{k: getattr(s.parallel, k) for k in LAYOUT_FIELDS},
+            **layout_record(s),
         },
         "assumptions": list(b.assumptions),
     }

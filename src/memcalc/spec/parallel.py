@@ -12,7 +12,6 @@ fit, as Megatron places them (``parallel_state.initialize_model_parallel``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from memcalc.validate import FieldError, check, replace, spec_field
 
@@ -20,26 +19,6 @@ MAX_RANKS = 10**7
 """Most GPUs a layout may have (beyond any cluster)."""
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch DistributedDataParallel's default ``bucket_cap_mb`` (25 MiB)."""
-
-
-class ParallelImpl(str, Enum):
-    """Which implementation runs the tensor and pipeline parallelism: what a rank saves and
-    holds differs between them (measured: ``memcalc measure --nproc``)."""
-
-    megatron = "megatron"
-    """Megatron-LM: ``ColumnParallelLinear`` saves its sequence-parallel input shard and
-    all-gathers it again in backward; ``VocabParallelEmbedding``'s gradient is the rank's own
-    vocabulary rows; the pipeline schedule frees each sent output's data
-    (``deallocate_output_tensor``) and receives into fresh buffers."""
-    torch = "torch"
-    """PyTorch's own: DTensor ``parallelize_module`` (torchtitan's plan) and
-    ``torch.distributed.pipelining``. Under sequence parallelism ``PrepareModuleInput``
-    all-gathers the attention / MLP / LM-head input and the projections save the gathered
-    tensor; the vocab-parallel embedding's gradient comes back replicated (V x h on every rank:
-    DTensor's ``embedding_dense_backward`` has no vocab-sharded strategy); ``loss_parallel``
-    keeps one more b*s*V/t fp32 tensor in forward and backward. A ``PipelineStage`` keeps one
-    receive buffer per micro-batch for activations (and one for gradients) across steps, and
-    each in-flight micro-batch's output (the logits on the last stage) until its backward."""
 
 
 @dataclass(frozen=True)
@@ -108,11 +87,6 @@ class Parallelism:
         ge=1,
         le=MAX_RANKS,
     )
-    parallel_impl: ParallelImpl = spec_field(
-        "Implementation of tensor and pipeline parallelism: megatron (Megatron-LM) or torch "
-        "(DTensor, torch.distributed.pipelining -- what ``memcalc measure --nproc`` runs).",
-        default=ParallelImpl.megatron,
-    )
     bucket_view: bool = spec_field(
         "DDP ``gradient_as_bucket_view``: gradients are views into the all-reduce buckets "
         "(False, the torch default, keeps a bucket copy of every gradient).",
@@ -156,16 +130,6 @@ class Parallelism:
     def sequence_parallel(self) -> bool:
         """SP is on (it only exists with tp > 1)."""
         return self.sp and self.tp > 1
-
-    @property
-    def dtensor_tp(self) -> bool:
-        """Tensor parallelism through torch DTensor (``ParallelImpl.torch``) with tp > 1."""
-        return self.tp > 1 and self.parallel_impl is ParallelImpl.torch
-
-    @property
-    def torch_pipeline(self) -> bool:
-        """Pipeline parallelism through ``torch.distributed.pipelining``."""
-        return self.pp > 1 and self.parallel_impl is ParallelImpl.torch
 
     @property
     def shard_ranks(self) -> int:

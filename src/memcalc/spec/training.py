@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memcalc.dtypes import DType as DType  # re-exported: the vocabulary of specs
+from memcalc.frameworks import Framework, FrameworkName, default_framework, framework
 from memcalc.spec.finetune import LoraSpec, Quantize
 from memcalc.spec.parallel import SINGLE_GPU, Parallelism
 from memcalc.validate import FieldError, check, replace, spec_field
@@ -175,6 +176,11 @@ class TrainingSetup:
         default=None,
     )
 
+    framework: FrameworkName | None = spec_field(
+        "Whose code runs the step (memcalc.frameworks): hf, megatron or reference; None: "
+        "megatron for a tensor- or pipeline-parallel layout, hf otherwise.",
+        default=None,
+    )
     moe_imbalance: float = spec_field(
         "MoE load imbalance: tokens the busiest expert receives as a multiple of its fair "
         "share t*k/E; scales the dispatch buffers and expert activations of a rank that holds "
@@ -225,6 +231,13 @@ class TrainingSetup:
     def replace(self, **changes: object) -> TrainingSetup:
         """A copy with ``changes``, validated."""
         return replace(self, **changes)
+
+    @property
+    def framework_def(self) -> Framework:
+        """The framework that runs the step (``framework``, or the layout's default)."""
+        if self.framework is not None:
+            return framework(self.framework)
+        return default_framework(self.parallel.tp, self.parallel.pp)
 
     @property
     def prepared_for_kbit(self) -> bool:

@@ -77,11 +77,12 @@ def step_of(
     cp: int,
     transfers: tuple[Transfer, ...],
     placed: Placement,
-    mfu: float | None = None,
+    flat_flops_per_s: float | None = None,
 ) -> StepTime:
     """The StepTime of one rank of one pipeline stage (``graph``), with ``plan``'s recompute,
-    its collectives and its model states' placement."""
-    mb = micro_batch(graph, gpu, runtime, cp=cp, mfu=mfu)
+    its collectives and its model states' placement; ``flat_flops_per_s``: the
+    single-utilisation compute model (``--mfu``) at that rate."""
+    mb = micro_batch(graph, gpu, runtime, cp=cp, flat_flops_per_s=flat_flops_per_s)
     return step_time(
         kernels_of(mb, plan),
         microbatches=microbatches,

@@ -128,7 +128,8 @@ def rank_forward_flops(graph: OpGraph, cp: int = 1) -> int:
     >>> spec = preset("llama-3-8b")
     >>> g1 = lower(spec, TrainingSetup(seq=65536))
     >>> g8 = lower(spec, TrainingSetup(seq=65536, parallel=Parallelism(cp=8)))
-    >>> attn = lambda g: g.over_layers(lambda b: sum(o.flops for o in b.ops if o.name == "attn.sdpa"))
+    >>> def attn(g):
+    ...     return g.over_layers(lambda b: sum(o.flops for o in b.ops if o.name == "attn.sdpa"))
     >>> attn(g1) == 64 * attn(g8)  # lowered at s / 8: (s / 8)^2 scores per rank
     True
     >>> rank_forward_flops(g8, 8) - g8.forward_flops == 7 * attn(g8)  # s / 8 x s per rank
@@ -152,25 +153,25 @@ def micro_batch(
     runtime: Runtime,
     *,
     cp: int = 1,
-    mfu: float | None = None,
+    flat_flops_per_s: float | None = None,
 ) -> MicroBatch:
     """The kernel time of one micro-batch of ``graph`` (one pipeline stage's) on ``gpu``;
-    ``mfu``: rate every matmul and attention kernel at that fraction of the dense peak and
-    count no elementwise time (the single-utilisation model, for comparison). Computed once
+    ``flat_flops_per_s``: the single-utilisation model instead (``--mfu``): every op's forward
+    FLOPs at that rate, twice as many in backward, no kernel rules. Computed once
     per graph object (kept with the result, so its id is not reused)."""
-    key = (id(graph), gpu, runtime, cp, mfu)
+    key = (id(graph), gpu, runtime, cp, flat_flops_per_s)
     hit = _CACHE.get(key)
     if hit is None or hit[0] is not graph:
         if len(_CACHE) > 4096:
             _CACHE.clear()
-        hit = _CACHE[key] = (graph, _micro_batch(graph, gpu, runtime, cp, mfu))
+        hit = _CACHE[key] = (graph, _micro_batch(graph, gpu, runtime, cp, flat_flops_per_s))
     return hit[1]
 
 
 def _micro_batch(
-    graph: OpGraph, gpu: GpuProfile, runtime: Runtime, cp: int, mfu: float | None
+    graph: OpGraph, gpu: GpuProfile, runtime: Runtime, cp: int, flat: float | None
 ) -> MicroBatch:
-    rate = _Rates(gpu, runtime, cp, mfu)
+    rate = _Rates(gpu, runtime, cp, flat)
     total = _scope_cached(rate, graph.prologue) + _scope_cached(rate, graph.epilogue)
     blocks, cores, bflops, cflops = [], [], [], []
     for blk, count in zip(graph.kinds, graph.kind_counts, strict=True):
@@ -214,12 +215,15 @@ class _Rates:
     gpu: GpuProfile
     runtime: Runtime
     cp: int
-    mfu: float | None
+    flat: float | None
+    """The single-utilisation rate (FLOP/s), or None: the kernel rules."""
 
     def scope(self, ops: Sequence[Op]) -> Pass:
         """The ops of one scope (prologue, one layer, epilogue), in order: each matmul and
         attention kernel alone, the elementwise ops between them one by one (eager) or as one
         kernel per chain (fused)."""
+        if self.flat is not None:
+            return self._flat(ops)
         out = Pass()
         chain: list[Op] = []
         for op in ops:
@@ -230,23 +234,28 @@ class _Rates:
             chain = []
         return out + self._chain(chain)
 
+    def _flat(self, ops: Sequence[Op]) -> Pass:
+        """Every op's forward FLOPs (an attention op's queries against every rank's keys)
+        at one rate, 2x in backward: 3 x forward FLOPs / (MFU x peak)."""
+        assert self.flat is not None
+        out = Pass()
+        for op in ops:
+            cp = self.cp if isinstance(op.work, AttentionWork) else 1
+            t = op.flops * cp / self.flat
+            if isinstance(op.work, Gemm):
+                out = out + Pass(matmul=(t, 2 * t))
+            elif isinstance(op.work, AttentionWork):
+                out = out + Pass(attention=(t, 2 * t))
+            else:
+                out = out + Pass(memory=(t, 2 * t))
+        return out
+
     def _work(self, op: Op) -> Pass:
         work = op.work
         if isinstance(work, Gemm):
-            if self.mfu is not None:
-                fwd = work.flops / (self.gpu.matmul_flops_per_s(work.dtype) * self.mfu)
-                passes = int(work.input_grad) + int(work.weight_grad)
-                return Pass(matmul=(fwd, passes * fwd))
             casts = self._fp8_casts(work) if work.dtype is DType.fp8 else (0.0, 0.0)
             return Pass(matmul=gemm_pass_seconds(work, self.gpu), memory=casts)
         assert isinstance(work, AttentionWork)
-        if self.mfu is not None:
-            from memcalc.steptime.kernels import ATTENTION_BACKWARD_FLOPS, attention_flops
-
-            fwd = attention_flops(work, self.cp) / (
-                self.gpu.matmul_flops_per_s(work.dtype) * self.mfu
-            )
-            return Pass(attention=(fwd, ATTENTION_BACKWARD_FLOPS * fwd))
         return Pass(
             attention=attention_pass_seconds(work, self.gpu, self.runtime.attention, self.cp)
         )
@@ -260,7 +269,7 @@ class _Rates:
         return memory_seconds(fwd, self.gpu), memory_seconds(bwd, self.gpu)
 
     def _chain(self, chain: list[Op]) -> Pass:
-        if not chain or self.mfu is not None:
+        if not chain:
             return Pass()
         if self.runtime.fused_elementwise:
             sizes = [op.grad_bytes for op in chain if op.grad_bytes > 0]

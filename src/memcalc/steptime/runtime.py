@@ -3,10 +3,13 @@ eager elementwise ops, which attention kernel) and which collectives the framewo
 with compute. One ``Runtime`` per framework as its performance configurations run it; the
 layout and the GPU are the estimate's.
 
-``runtime_of`` picks one from the setup's ``--parallel-impl`` (the only framework input today):
-``megatron`` is Megatron-core with Transformer Engine as NVIDIA's performance recipes
-(NeMo / Megatron-Bridge) configure it, ``torch`` is torchtitan's defaults. The published
-throughput points (``benchmarks/throughput.py``) name the runtime their source ran.
+``runtime_of`` picks one from the setup's ``--framework``: ``megatron`` runs Megatron-core with
+Transformer Engine as NVIDIA's performance recipes (NeMo / Megatron-Bridge) configure it;
+``hf`` and ``reference`` run PyTorch's own parallelism, timed as torchtitan's defaults (eager
+ops, SDPA's flash kernel, FSDP2 prefetch). A setup that names no framework is timed as
+``megatron`` whatever its layout, so that ``plan`` compares layouts under one runtime (the
+memory side's default framework depends on tp and pp). The published throughput points
+(``benchmarks/throughput.py``) name the runtime their source ran.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from memcalc.spec.parallel import ParallelImpl
+from memcalc.frameworks import FrameworkName
 from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.strategies.comms import Overlaps
 
@@ -108,9 +111,13 @@ RUNTIMES = {
 
 def runtime_of(setup: TrainingSetup) -> Runtime:
     """The runtime an estimate's time assumes: Megatron-core's performance recipes for
-    ``--parallel-impl megatron``, torchtitan's defaults for ``torch``; HF's flash-attention-2
-    (``--attention flash``) runs FlashAttention-2 whatever the framework."""
-    base = MEGATRON_CORE if setup.parallel.parallel_impl is ParallelImpl.megatron else TORCHTITAN
+    ``--framework megatron`` or none, torchtitan's defaults for PyTorch's own parallelism
+    (``hf``, ``reference``); HF's flash-attention-2 (``--attention flash``) runs
+    FlashAttention-2 whatever the framework."""
+    named = setup.framework
+    base = (
+        TORCHTITAN if named is not None and named is not FrameworkName.megatron else MEGATRON_CORE
+    )
     if setup.attention is Attention.flash:
         return base.with_(attention=AttentionKernel.flash2)
     return base

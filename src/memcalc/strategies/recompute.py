@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memcalc.errors import MemcalcError
-from memcalc.graph.layout import Family, Layout
+from memcalc.graph.layout import LayerLayout, Progression
 from memcalc.graph.ops import Block, Component, OpGraph, bytes_by_component
 
 
@@ -37,8 +37,9 @@ class Recompute(str, Enum):
     an exact multiple-choice knapsack over the block kinds and their counts."""
 
 
-CHOICES = ("none", "selective", "full")
-"""What a recompute plan does with one block, in the order budget plans report them."""
+CHOICES = (Recompute.none, Recompute.selective, Recompute.full)
+"""What a recompute plan does with one block, in the order budget plans report them (one
+vocabulary: a block's choice is the strategy it would be alone)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,12 +51,12 @@ class Roles:
     """Every layer plays one role -- a block kind with one choice (none / selective / full) --
     and holds a fixed number of bytes from its forward to its backward."""
 
-    layout: Layout
+    layout: LayerLayout
     """Which role each layer has."""
     kind: tuple[int, ...]
     """The block kind of each role."""
-    choice: tuple[str, ...]
-    """none, selective or full, per role."""
+    choice: tuple[Recompute, ...]
+    """Recompute.none, .selective or .full, per role."""
     stored: tuple[int, ...]
     """Bytes a layer of each role holds across the forward."""
     extra: int = 0
@@ -72,14 +73,14 @@ class Roles:
         """Bytes all layers hold across the forward."""
         return self.layout.total(self.stored) + self.extra
 
-    def count(self, choice: str) -> int:
+    def count(self, choice: Recompute) -> int:
         """Layers that make ``choice``."""
         counts = self.layout.counts(len(self.kind))
         return sum(c for c, ch in zip(counts, self.choice, strict=True) if ch == choice)
 
-    def families(self, *, affine: bool) -> list[Family]:
-        """One family per offset of each piece's period: a layer's role fixes what it holds."""
-        return self.layout.families()
+    def progressions(self, *, affine: bool) -> list[Progression]:
+        """One progression per offset of each piece's period: a layer's role fixes what it holds."""
+        return self.layout.progressions()
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Segments:
     backward runs, the earlier segments hold their inputs and its own segment the layers
     rebuilt before it (their saved tensors, freed as their backward runs)."""
 
-    layout: Layout
+    layout: LayerLayout
     """Block kinds of the layers."""
     k: int
     inputs: tuple[int, ...]
@@ -111,8 +112,8 @@ class Segments:
     def total_stored(self) -> int:
         return self.layout.sum_at_multiples(self.inputs, self.k, self.layout.n) + self.extra
 
-    def count(self, choice: str) -> int:
-        return self.layout.n if choice == "full" else 0
+    def count(self, choice: Recompute) -> int:
+        return self.layout.n if choice is Recompute.full else 0
 
     def segments(self) -> Iterator[tuple[int, int, int, int]]:
         """Classes of segments with the same content: (first start, step between starts,
@@ -136,11 +137,11 @@ class Segments:
         for m in range(done, -(-n // k)):
             yield m * k, k, 1, min(k, n - m * k)
 
-    def families(self, *, affine: bool) -> list[Family]:
+    def progressions(self, *, affine: bool) -> list[Progression]:
         """Per segment class, the layers at one position of the segment. With ``affine`` the
         peak grows evenly along a run of one kind inside a segment, so its first, second and
         last positions bound it; otherwise every position is kept."""
-        out: list[Family] = []
+        out: list[Progression] = []
         for first, step, count, length in self.segments():
             positions = set(range(length))
             if affine:
@@ -148,7 +149,7 @@ class Segments:
                 for r in range(1, length):
                     if self.layout.kind_at(first + r) != self.layout.kind_at(first + r - 1):
                         positions |= {r - 1, r, min(r + 1, length - 1)}
-            out.extend(Family(first + r, step, count) for r in sorted(positions))
+            out.extend(Progression(first + r, step, count) for r in sorted(positions))
         return out
 
 
@@ -220,7 +221,7 @@ def _extra(graph: OpGraph) -> int:
     return sum(s.nbytes for s in graph.checkpoint_extra_inputs)
 
 
-def _uniform(graph: OpGraph, choice: str, stored: Callable[[Block], int]) -> Roles:
+def _uniform(graph: OpGraph, choice: Recompute, stored: Callable[[Block], int]) -> Roles:
     """Every layer makes the same choice: the roles are the block kinds themselves."""
     n = len(graph.kinds)
     return Roles(
@@ -234,7 +235,12 @@ def keep_all(graph: OpGraph) -> ActivationPlan:
     for blk, c in zip(graph.kinds, graph.kind_counts, strict=True):
         comp = _merge(comp, blk.bytes_by_component(), c)
     return ActivationPlan(
-        "none", graph.saved_bytes, comp, 0, 0, _uniform(graph, "none", lambda b: b.saved_bytes)
+        "none",
+        graph.saved_bytes,
+        comp,
+        0,
+        0,
+        _uniform(graph, Recompute.none, lambda b: b.saved_bytes),
     )
 
 
@@ -249,7 +255,7 @@ def selective(graph: OpGraph) -> ActivationPlan:
     present = [(b, c) for b, c in zip(graph.kinds, graph.kind_counts, strict=True) if c]
     rebuild = max((b.core_only_bytes for b, _ in present), default=0)
     flops = sum(c * b.core_flops for b, c in present if b.core_only_bytes)
-    stack = _uniform(graph, "selective", lambda b: b.selective_saved_bytes)
+    stack = _uniform(graph, Recompute.selective, lambda b: b.selective_saved_bytes)
     if rebuild:
         # The core runs under a checkpoint, which also keeps its extra inputs (HF's eager mask).
         stack = Roles(stack.layout, stack.kind, stack.choice, stack.stored, _extra(graph))
@@ -326,7 +332,7 @@ when several kinds compete for the budget; beyond it the request is refused, not
 
 @dataclass(frozen=True)
 class _Option:
-    choice: str
+    choice: Recompute
     stored: int
     flops: int
 
@@ -343,10 +349,10 @@ class _State:
 
 
 def _options(blk: Block) -> list[_Option]:
-    out = [_Option("none", blk.saved_bytes, 0)]
+    out = [_Option(Recompute.none, blk.saved_bytes, 0)]
     if blk.core_only_bytes:
-        out.append(_Option("selective", blk.selective_saved_bytes, blk.core_flops))
-    out.append(_Option("full", blk.input.nbytes, blk.flops))
+        out.append(_Option(Recompute.selective, blk.selective_saved_bytes, blk.core_flops))
+    out.append(_Option(Recompute.full, blk.input.nbytes, blk.flops))
     return out
 
 
@@ -369,8 +375,8 @@ def _best_single_kind(blk: Block, count: int, cap: int, extra: int) -> _Split | 
     ``cap`` (the rest kept whole, which costs no FLOPs) -- O(count) splits, the optimum of
     enumerating them all. Ties: fewer FLOPs, then fewer bytes."""
     opts = {o.choice: o for o in _options(blk)}
-    none, full_ = opts["none"], opts["full"]
-    sel = opts.get("selective")
+    none, full_ = opts[Recompute.none], opts[Recompute.full]
+    sel = opts.get(Recompute.selective)
     best: _Split | None = None
     for n_full in range(count + 1):
         rest = count - n_full
@@ -405,8 +411,8 @@ def _split(
 def _kind_splits(blk: Block, count: int) -> list[_Split]:
     """Every split of ``count`` layers of one kind into none / selective / full."""
     opts = {o.choice: o for o in _options(blk)}
-    none, full_ = opts["none"], opts["full"]
-    sel = opts.get("selective")
+    none, full_ = opts[Recompute.none], opts[Recompute.full]
+    sel = opts.get(Recompute.selective)
     return [
         _split((n_full, n_sel), count, none, sel, full_)
         for n_full in range(count + 1)
@@ -478,7 +484,7 @@ def _budget_plan(graph: OpGraph, chosen: _State, extra: int) -> ActivationPlan:
             layout.index_of_occurrence(kind, n_full + n_sel),
         ]
     split = layout.split_at(cuts)
-    role_index: dict[tuple[int, str], int] = {}
+    role_index: dict[tuple[int, Recompute], int] = {}
     tables = []
     for start, piece in split.starts():
         table = {}
@@ -486,14 +492,20 @@ def _budget_plan(graph: OpGraph, chosen: _State, extra: int) -> ActivationPlan:
             first = start + piece.period.index(kind)
             seen = layout.occurrences_before(kind, first)
             n_full, n_sel = chosen.splits[kind]
-            choice = "full" if seen < n_full else "selective" if seen < n_full + n_sel else "none"
+            choice = (
+                Recompute.full
+                if seen < n_full
+                else Recompute.selective
+                if seen < n_full + n_sel
+                else Recompute.none
+            )
             table[kind] = role_index.setdefault((kind, choice), len(role_index))
         tables.append(table)
     roles = sorted(role_index, key=role_index.__getitem__)
     stored_of = {
-        "none": lambda b: b.saved_bytes,
-        "selective": lambda b: b.selective_saved_bytes,
-        "full": lambda b: b.input.nbytes,
+        Recompute.none: lambda b: b.saved_bytes,
+        Recompute.selective: lambda b: b.selective_saved_bytes,
+        Recompute.full: lambda b: b.input.nbytes,
     }
     stack = Roles(
         split.relabel(tables),
@@ -518,7 +530,7 @@ def _budget_plan(graph: OpGraph, chosen: _State, extra: int) -> ActivationPlan:
     if chosen.checkpointed:
         comp = _merge(comp, {Component.checkpoint: extra})
     totals = {c: stack.count(c) for c in CHOICES}
-    note = ", ".join(f"{v} {k}" for k, v in totals.items() if v)
+    note = ", ".join(f"{v} {k.value}" for k, v in totals.items() if v)
     return ActivationPlan(
         "budget",
         _outside_bytes(graph) + chosen.stored + stack.extra,
@@ -526,7 +538,7 @@ def _budget_plan(graph: OpGraph, chosen: _State, extra: int) -> ActivationPlan:
         rebuild,
         chosen.flops,
         stack,
-        checkpoints=totals["full"],
+        checkpoints=totals[Recompute.full],
         note=f"per block: {note}",
         fully_recomputed=tuple(n_full for n_full, _ in chosen.splits),
     )

@@ -4,6 +4,7 @@ strategy the command-line flags choose (validated)."""
 from __future__ import annotations
 
 from memcalc.errors import MemcalcError
+from memcalc.profiles import GpuProfile
 from memcalc.spec.training import OptimizerKind, TrainingSetup
 from memcalc.strategies.offload import Offload, OffloadWhat
 from memcalc.strategies.options import MIN_MFU, Options
@@ -11,16 +12,20 @@ from memcalc.strategies.recompute import Recompute, sqrt_k
 from memcalc.units import parse_size
 
 
-def default_strategies(num_blocks: int, setup: TrainingSetup) -> list[Options]:
+def default_strategies(
+    num_blocks: int, setup: TrainingSetup, gpu: GpuProfile | None = None
+) -> list[Options]:
     """The rows of the strategy table: each recompute strategy, then each offload that applies
-    (optimizer offload only when the optimizer holds something)."""
+    (optimizer offload only when the optimizer holds something; to NVMe only when ``gpu``'s
+    server has it)."""
     rows = [Options(recompute=r) for r in (Recompute.none, Recompute.selective, Recompute.full)]
     rows.append(Options(recompute=Recompute.every_k, every=sqrt_k(num_blocks)))
     par = setup.parallel
     sharded = par.dp == 1 or par.zero  # offloading the optimizer needs ZeRO across ranks
     if (setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed) and sharded:
         rows.append(Options(offload=(Offload.parse("optimizer=cpu"),)))
-        rows.append(Options(offload=(Offload.parse("optimizer=nvme"),)))
+        if gpu is None or gpu.nvme_bytes_per_s > 0:
+            rows.append(Options(offload=(Offload.parse("optimizer=nvme"),)))
     rows.append(Options(recompute=Recompute.full, offload=(Offload.parse("activations=cpu"),)))
     if par.dp == 1 or par.zero == 3:  # and the parameters ZeRO-3
         rows.append(Options(offload=(Offload.parse("params=cpu"), Offload.parse("optimizer=cpu"))))

@@ -23,7 +23,7 @@ What does not run here, and why (each is a one-line error from ``layouts.check_l
 * -mixed precision recipes, offload, expert parallelism, gradient accumulation without a
   pipeline, and more than one parallel dimension at a time are not measured.
 * Tensor parallelism needs separate q/k/v and gate/up projections (Llama-style) and an untied
-  head; pipeline parallelism splits memcalc's reference model (``--impl ours``).
+  head; pipeline parallelism splits memcalc's reference model (``--framework reference``).
 
 On CUDA the same worker runs with nccl and the runner's ``torch.cuda`` protocol (not checked on
 this project's CPU machines).

@@ -105,7 +105,8 @@ def check_layout(
     if par.pp > 1:
         if impl is not Impl.ours:
             raise MemcalcError(
-                "--pp: measure splits memcalc's reference model into stages; use --impl ours"
+                "--pp: measure splits memcalc's reference model into stages; use "
+                "--framework reference"
             )
         if par.pp > spec.num_layers:
             raise MemcalcError(

@@ -104,7 +104,7 @@ def measure_stage(
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     par = setup.parallel
-    assert isinstance(model, Transformer)  # check_layout allows --impl ours only
+    assert isinstance(model, Transformer)  # check_layout allows --framework reference only
     first, count = layer_split(spec.num_layers, par.pp)[rank]
     is_first, is_last = rank == 0, rank == par.pp - 1
     stage_module = StageModule(model, first, count, is_first=is_first, is_last=is_last)

@@ -331,7 +331,7 @@ def llama_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
     if model_type == "llama":
         if spec.qkv_bias != spec.out_bias:
             raise MemcalcError(
-                "--impl hf: LlamaConfig puts one attention_bias on q/k/v and o; q/k/v bias "
+                "--framework hf: LlamaConfig puts one attention_bias on q/k/v and o; q/k/v bias "
                 "without an output bias is Qwen2 (family = qwen2)"
             )
         out |= {"attention_bias": spec.qkv_bias, "mlp_bias": spec.mlp_bias}
@@ -345,7 +345,7 @@ def llama_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
 def require(ok: bool, model_type: str, what: str) -> None:
     """A spec feature the HF config of ``model_type`` cannot express."""
     if not ok:
-        raise MemcalcError(f"--impl hf: {model_type} cannot express this spec: {what}")
+        raise MemcalcError(f"--framework hf: {model_type} cannot express this spec: {what}")
 
 
 def attention_dropout_only(spec: ModelSpec) -> None:

@@ -47,7 +47,7 @@ def from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:
 def to_hf(spec: ModelSpec) -> dict[str, Any]:
     if spec.qkv_bias != spec.out_bias:
         raise MemcalcError(
-            "--impl hf: Olmo2Config puts one attention_bias on q/k/v and o; "
+            "--framework hf: Olmo2Config puts one attention_bias on q/k/v and o; "
             "qkv_bias and out_bias must be equal"
         )
     return llama_to_hf(spec, "olmo2") | {"attention_bias": spec.qkv_bias}

@@ -1,0 +1,63 @@
+"""Where a rank's gradients are while the backward writes them: the holder of each mechanism.
+
+Every holder answers four moments: the loss (before any block's backward), layer ``i``'s
+backward with ``written`` bytes of that layer's gradients written so far, the embedding's
+backward (the last), and the optimizer step. ``accumulated``: a later micro-batch, every
+gradient written once already (gradient accumulation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memcalc.strategies.residency.moments import GradientTotals
+from memcalc.strategies.sharding import Sharding
+
+
+@dataclass(frozen=True)
+class ResidentGradients:
+    """Every gradient on the GPU, whole, from its ``.grad`` write until the step (one GPU,
+    DDP, ZeRO-1)."""
+
+    totals: GradientTotals
+
+    def logical(self, i: int | None, written: int, accumulated: bool) -> int:
+        """Full gradient bytes written by layer ``i``'s backward moment (None: the
+        embedding's, at the end of backward)."""
+        t = self.totals
+        if accumulated or i is None:
+            return t.full
+        return t.before(i) + min(written, t.block(i))
+
+    def on_gpu(self, value: int, bucket: int) -> int:
+        """Bytes on the GPU when ``value`` bytes of full gradients exist (``bucket``: the
+        current block's full gradients, awaiting their reduce)."""
+        return value
+
+    def at_loss(self, accumulated: bool) -> int:
+        return self.on_gpu(self.totals.full, 0) if accumulated else 0
+
+    def at_block(self, i: int, written: int, accumulated: bool) -> int:
+        return self.on_gpu(self.logical(i, written, accumulated), self.totals.block(i))
+
+    def at_embedding(self, accumulated: bool) -> int:
+        t = self.totals
+        return self.on_gpu(t.full, t.blocks[t.layout.kind_at(0)] if t.layout.n else 0)
+
+    def at_step(self) -> int:
+        return self.on_gpu(self.totals.full, 0)
+
+    def extra_candidates(self) -> set[int]:
+        """Layers whose backward may set the peak beyond the timeline's own candidates."""
+        return set()
+
+
+@dataclass(frozen=True)
+class ShardedGradients(ResidentGradients):
+    """ZeRO-2 (Rajbhandari et al. 2020, sec. 5.2): each rank keeps its 1/N shard of every
+    gradient, beside the current block's full gradients until their reduce-scatter."""
+
+    sharding: Sharding = Sharding()
+
+    def on_gpu(self, value: int, bucket: int) -> int:
+        return self.sharding.share(value, 2) + bucket
