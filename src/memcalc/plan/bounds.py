@@ -45,10 +45,10 @@ from memcalc.steptime import (
     runtime_of,
     step_time,
 )
-from memcalc.steptime.schedule import Windows, pipeline_seconds, windows_of
+from memcalc.steptime.schedule import Windows, windows_of
 from memcalc.strategies.comms import StepShape, step_transfers
 from memcalc.strategies.offload import Offload, OffloadWhat, OffloadWhere
-from memcalc.strategies.pipeline import in_flight, pipeline_stages
+from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
 from memcalc.strategies.placement import HostTraffic, Placement, place
 from memcalc.strategies.recompute import ActivationPlan, Recompute, plan_for, sqrt_k
 from memcalc.strategies.sharding import Sharding
@@ -78,7 +78,9 @@ class StageFacts:
     kernels: MicroBatch
     """One micro-batch's kernel time on the first stage..."""
     last_kernels: MicroBatch
-    """... and on the last."""
+    """... and on the slowest stage (``last_*``: that stage's)."""
+    last_shape: StepShape
+    """What the slowest stage's collectives depend on."""
 
     @property
     def flops_per_saved_byte(self) -> float:
@@ -174,7 +176,14 @@ class Bounds:
             stages = pipeline_stages(graph, setup.parallel, tied=self.spec.tie_embeddings)
         except MemcalcError:
             return None
-        stage, last = stages[0], stages[-1]
+        cp = setup.parallel.cp
+
+        def kernels(st: Stage) -> MicroBatch:
+            return micro_batch(st.graph, self.gpu, self.runtime, cp=cp, flat_flops_per_s=self.flat)
+
+        # the slowest stage's kernels bound the step too (the LM head's, or a stage of
+        # heavier layers: DeepSeek's MoE layers after its dense ones)
+        stage, last = stages[0], max(stages, key=lambda st: kernels(st).seconds)
         # the parameters do not depend on the micro-batch or the sequence split
         key = (setup.parallel.tp, setup.parallel.pp, setup.parallel.ep)
         if key not in self._counts:
@@ -192,6 +201,7 @@ class Bounds:
             except MemcalcError:  # every-k with k over a stage's layers
                 plans.pop(r, None)
                 continue
+        shape = step_shape(g, counts, setup, plans[Recompute.none])
         return StageFacts(
             counts=counts,
             optimizer=optimizer,
@@ -203,12 +213,16 @@ class Bounds:
             graph=g,
             last_forward_flops=last.graph.forward_flops,
             last_extra_flops=last_extra,
-            shape=step_shape(g, counts, setup, plans[Recompute.none]),
-            kernels=micro_batch(
-                g, self.gpu, self.runtime, cp=setup.parallel.cp, flat_flops_per_s=self.flat
-            ),
-            last_kernels=micro_batch(
-                last.graph, self.gpu, self.runtime, cp=setup.parallel.cp, flat_flops_per_s=self.flat
+            shape=shape,
+            kernels=kernels(stage),
+            last_kernels=kernels(last),
+            last_shape=shape
+            if last is stage
+            else step_shape(
+                last.graph,
+                stage_param_counts(self.spec, setup, graph, last),
+                setup,
+                plan_for(last.graph, Recompute.none),
             ),
         )
 
@@ -225,15 +239,22 @@ class Bounds:
         return hit
 
     def communication(
-        self, facts: StageFacts, layout: Candidate, zero: int, forwards: float = 0.0
+        self,
+        facts: StageFacts,
+        layout: Candidate,
+        zero: int,
+        forwards: float = 0.0,
+        shape: StepShape | None = None,
     ) -> Windows:
-        """The first stage's collectives, summed by window, with ``forwards`` extra forwards
-        of recompute repeating theirs (0: a lower bound for any recompute)."""
+        """The first stage's collectives (``shape``: another stage's), summed by window, with
+        ``forwards`` extra forwards of recompute repeating theirs (0: a lower bound for any
+        recompute)."""
         par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
-        key = (id(facts.shape), par, forwards)
+        of = shape or facts.shape
+        key = (id(of), par, forwards)
         hit = self._transfers.get(key)
         if hit is None:
-            shape = dataclasses.replace(facts.shape, recompute_forwards=forwards)
+            shape = dataclasses.replace(of, recompute_forwards=forwards)
             transfers = step_transfers(par, shape, self.links, self.runtime.overlaps)
             hit = self._transfers[key] = windows_of(transfers, par.microbatches)
         return hit
@@ -276,7 +297,7 @@ class Bounds:
         overhead = self.gpu.runtime_overhead_bytes
         usable = self.usable
         base_kernels = kernels_of(first)
-        last_compute = last.seconds
+        last_base = kernels_of(last)
         out: list[tuple[int, int, Recompute, int, float]] = []
         total, least = 0, (0, 0, Recompute.none, -1, 0.0)
         for zero in zeros:
@@ -336,8 +357,21 @@ class Bounds:
                         cpu_optimizer_seconds=placed.cpu_step_seconds,
                         optimizer_seconds=optimizer,
                     ).total_seconds
-                    # the last stage (LM head and loss) computes at least as long
-                    tail = pipeline_seconds(last_compute + last_recompute, m, par.pp, par.vpp)
+                    # the slowest stage (the LM head's, or heavier layers') takes at least
+                    # its kernels and the collectives of its own layers
+                    tail = step_time(
+                        Kernels(
+                            last_base.forward,
+                            last_base.backward,
+                            last_recompute,
+                            last_base.matmul,
+                            last_base.attention,
+                        ),
+                        microbatches=m,
+                        pp=par.pp,
+                        vpp=par.vpp,
+                        windows=self.communication(facts, layout, zero, 0.0, facts.last_shape),
+                    ).total_seconds
                     if tail > seconds:
                         seconds = tail
                     out.append((zero, choice, r, memory, seconds))

@@ -238,7 +238,12 @@ class _Search:
         skipped: Row | None = None
         above = 0
         while True:
-            row = self._fewest(passing, above)
+            floor = (
+                0.0
+                if self.constraints.show_impractical or skipped is None
+                else (self._best_rate() / IMPRACTICAL_FACTOR)
+            )
+            row = self._fewest(passing, above, floor)
             if row is None or self._practical(row):
                 return row, skipped
             skipped = skipped or row
@@ -303,9 +308,11 @@ class _Search:
 
     # -- the questions ---------------------------------------------------------------------
 
-    def _fewest(self, passing: list[Config], above: int = 0) -> Row | None:
+    def _fewest(self, passing: list[Config], above: int = 0, min_rate: float = 0.0) -> Row | None:
         """The fastest answering configuration at the smallest world size (over ``above``)
-        where one fits."""
+        where one fits; configurations whose time bound already puts them under ``min_rate``
+        tokens/s per GPU are not estimated (the bound is sorted: none after them can reach
+        it)."""
         by_size: dict[int, list[Config]] = {}
         for c in passing:
             if c.layout.world_size > above:
@@ -314,6 +321,8 @@ class _Search:
             best: Row | None = None
             for c in by_size[n]:
                 if best is not None and c.seconds_per_token_bound >= best.seconds_per_token:
+                    break
+                if min_rate and c.seconds_per_token_bound * n * min_rate > 1:
                     break
                 row = self._evaluate(c)
                 if (
