@@ -122,7 +122,7 @@ def test_llama_2_7b_is_refused_before_building(monkeypatch):
     assert r.exit_code == 2
     line = _one_error_line(r.stderr)
     assert line.startswith("error: does not fit: the estimated need on the host is ")
-    assert "20.00 GiB is of RAM available on this host" in line, line
+    assert "20.00 GiB is available in RAM on this host" in line, line
     assert "--force" in line
 
 
@@ -130,7 +130,7 @@ def test_force_runs_what_the_check_would_refuse(monkeypatch):
     monkeypatch.setattr(preflight, "host_available_bytes", lambda: 1024)
     refused = run_cli("measure", *SMALL)
     assert refused.exit_code == 2
-    assert "0.0 MiB is of RAM available" in _one_error_line(refused.stderr)
+    assert "0.0 MiB is available in RAM" in _one_error_line(refused.stderr)
     forced = run_cli("measure", *SMALL, "--force")
     assert forced.exit_code == 0, forced.stderr
     assert "note: --force: run although the estimated need on the host is" in forced.stdout

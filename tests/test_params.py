@@ -26,6 +26,30 @@ EXPECTED = {
     "mistral-7b": 7_241_732_096,
     "qwen2.5-0.5b": 494_032_768,
     "qwen2.5-7b": 7_615_616_512,
+    # the models of 2026 (issue 25): the totals of the published checkpoints (model cards'
+    # parameter counts; tied embeddings once, as model.parameters() yields them)
+    "llama-3.1-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "llama-3.2-3b": 3_212_749_824,
+    "llama-3.3-70b": 70_553_706_496,
+    "qwen2.5-1.5b": 1_543_714_304,
+    "qwen2.5-3b": 3_085_938_688,
+    "qwen2.5-14b": 14_770_033_664,
+    "qwen2.5-32b": 32_763_876_352,
+    "qwen2.5-72b": 72_706_203_648,
+    "qwen3-0.6b": 596_049_920,
+    "qwen3-1.7b": 1_720_574_976,  # tied: the 2.03B of its safetensors hold the head twice
+    "qwen3-4b": 4_022_468_096,
+    "qwen3-14b": 14_768_307_200,
+    "qwen3-235b-a22b": 235_093_634_560,
+    "gemma-3-270m": 268_098_176,
+    "gemma-3-1b": 999_885_952,
+    "gemma-3-12b": 11_766_034_176,  # the language model of google/gemma-3-12b-pt
+    "mistral-small-24b": 23_572_403_200,
+    "phi-4": 14_659_507_200,
+    "olmo-2-1b": 1_484_916_736,
+    "olmo-2-13b": 13_716_198_400,
+    "olmo-2-32b": 32_234_279_936,
 }
 
 

@@ -306,7 +306,7 @@ def test_keyboard_interrupt_is_one_line_and_130(monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(estimate_cli, "read_inputs", interrupted)
+    monkeypatch.setattr(estimate_cli, "estimate_inputs", interrupted)
     result = run_cli("estimate")
     assert result.exit_code == 130
     lines = result.stderr.split()
@@ -321,7 +321,7 @@ def test_unexpected_exception_is_a_bug_report_line(monkeypatch):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(estimate_cli, "read_inputs", broken)
+    monkeypatch.setattr(estimate_cli, "estimate_inputs", broken)
     monkeypatch.delenv("MEMCALC_DEBUG", raising=False)
     result = run_cli("estimate")
     assert result.exit_code == 1
@@ -341,7 +341,7 @@ def test_debug_shows_the_traceback(monkeypatch, how):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(estimate_cli, "read_inputs", broken)
+    monkeypatch.setattr(estimate_cli, "estimate_inputs", broken)
     if how == "env":
         monkeypatch.setenv("MEMCALC_DEBUG", "1")
         result = run_cli("estimate")

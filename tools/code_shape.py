@@ -32,7 +32,7 @@ LAYERS = (
         "memcalc.dtypes",
         "memcalc.periodic",
     ),
-    ("memcalc.spec", "memcalc.profiles", "memcalc.frameworks"),
+    ("memcalc.spec", "memcalc.profiles", "memcalc.frameworks", "memcalc.configs"),
     ("memcalc.graph",),
     ("memcalc.params", "memcalc.optimizer", "memcalc.strategies"),
     ("memcalc.timeline", "memcalc.steptime"),

@@ -6,10 +6,9 @@ They take what ``memcalc estimate`` and ``memcalc plan`` take -- the options' na
 defaults -- and return what the command prints, as objects: an ``Estimate`` (a Breakdown) and
 a ``Plan`` (a PlanResult), each with ``to_dict()``, the command's JSON output.
 
-The keywords are parsed by the command itself (its click options, then the conversions the
-command runs: ``spec.loaders``, ``profiles.load_profile``, ``strategies.selection
-.chosen_options``, ``cli.plan.plan_request``), so a value the command refuses raises the same
-one-line MemcalcError here.
+The keywords are parsed by the same library the command line calls (``memcalc.inputs``: each
+flag's parser, then ``read_inputs`` and ``plan.inputs.plan_request``), so a value the command
+refuses raises the same one-line MemcalcError here.
 
 >>> b = estimate("gpt2", gpu="h100", seq=1024, recompute="full")
 >>> b.strategy, b.fits, b.to_dict()["strategies"][0]["recompute"]
@@ -19,24 +18,16 @@ one-line MemcalcError here.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Iterable
-from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memcalc.errors import MemcalcError
 from memcalc.estimate import Breakdown, Options
+from memcalc.estimate import estimate as core_estimate
+from memcalc.inputs import catalog, estimate_inputs, keyword_values
 from memcalc.plan import Maximized, PlanResult
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
-
-if TYPE_CHECKING:
-    import click
-
-OUTPUT_OPTIONS = frozenset({"fmt", "unit", "wide", "plot", "why", "version", "help"})
-"""Options that only change how a command prints (no meaning in Python)."""
-HELP_OPTIONS = ["-h", "--help"]
-"""``memcalc.cli.CONTEXT``'s help options: click keeps a command's help option as the first
-context that asks for it made it, so the API's context must make the command line's."""
 
 
 class Estimate(Breakdown):
@@ -86,7 +77,7 @@ def estimate(
     ``model``: a preset, an HF hub id, a spec or config.json path, or a ModelSpec; ``gpu``: a
     profile name, alias or file, or a GpuProfile. Every other option of ``memcalc estimate``
     is a keyword: ``precision="bf16-mixed"``, ``optimizer="adamw"``, ``attention="sdpa"``,
-    ``dp=8`` (or ``gpus=8``), ``zero=3``, ``tp``, ``pp``, ``microbatches``,
+    ``dp=8`` (or ``gpus=8``), ``zero=3``, ``tp``, ``pp``, ``microbatches``, ``framework``,
     ``every=4`` (``recompute="every-k"``), ``budget="20GiB"`` (``recompute="budget"``),
     ``mfu=0.4``, ``lora_rank=16``, ``quantize="nf4"``, ... (``memcalc estimate -h``).
 
@@ -95,16 +86,25 @@ def estimate(
     >>> b.strategy, b.optimizer_bytes, b.fits
     ('full + offload optimizer=cpu', 0, True)
     """
-    from memcalc.cli.estimate import estimate_command, estimate_inputs
-
     if "gpus" in options:  # --gpus is --dp's other name
-        options["dp"] = options.pop("gpus")
-    given = {"model": model, "gpu": gpu, "seq": seq, "batch": batch, "recompute": recompute}
-    ctx = _parse(estimate_command, "estimate", {**given, "offload": offload, **options})
-    with ctx:  # the command's context: which options were given (cli.inputs.given)
-        spec = model if isinstance(model, ModelSpec) else None
-        run, _, chosen = estimate_inputs(ctx.params, spec, gpu)
-        return Estimate.of(run(chosen or Options()))
+        options["dp_gpus"] = options.pop("gpus")
+    spec = model if isinstance(model, ModelSpec) else None
+    given = {"model": None if spec else model, "gpu": _name(gpu), "seq": seq, "batch": batch}
+    given |= {"recompute": recompute, "offload": offload or None}
+    values, names = keyword_values(catalog.ESTIMATE, "estimate", {**given, **options})
+    named = names | ({"gpu"} if gpu is not None else set())
+    profile = gpu if isinstance(gpu, GpuProfile) else None
+    inputs, chosen_or_none, values = estimate_inputs(values, named, profile, spec)
+    _say(inputs.said)
+    chosen = chosen_or_none or Options()
+    return Estimate.of(
+        core_estimate(
+            inputs.spec,
+            inputs.setup,
+            inputs.profiles[0],
+            dataclasses.replace(chosen, mfu=values["mfu"], headroom=inputs.headroom),
+        )
+    )
 
 
 def plan(
@@ -129,61 +129,28 @@ def plan(
     >>> p.kinds[0].fewest.gpus, p.fastest.gpus, p.to_dict()["min_gpus"]
     (2, 8, {'h100-sxm-80gb': 2})
     """
-    from memcalc.cli.plan import plan_command, plan_request, run_plan
+    from memcalc.plan.inputs import plan_request, run_plan
 
     kinds: list[str | GpuProfile] = (
         [] if gpu is None else [gpu] if isinstance(gpu, (str, GpuProfile)) else list(gpu)
     )
-    given: dict[str, Any] = {"model": model, "seq": seq, "max_gpus": max_gpus}
-    given["global_batch"] = global_batch
-    given["gpus"] = [g for g in kinds if isinstance(g, str)]
-    ctx = _parse(plan_command, "plan", {**given, "maximize": maximize, **options})
-    with ctx:
-        spec = model if isinstance(model, ModelSpec) else None
-        request, what = plan_request(ctx.params, spec, tuple(kinds))
+    spec = model if isinstance(model, ModelSpec) else None
+    given: dict[str, Any] = {"model": None if spec else model, "seq": seq, "max_gpus": max_gpus}
+    given |= {"global_batch": global_batch, "maximize": maximize}
+    given["gpus"] = [g for g in kinds if isinstance(g, str)] or None
+    values, names = keyword_values(catalog.PLAN, "plan", {**given, **options})
+    request, what, said = plan_request(values, names, spec, tuple(kinds))
+    _say(said)
     result, found = run_plan(request, what)
     return Plan(result.request, result.kinds, result.search_seconds, tuple(found))
 
 
-def _parse(command: click.Command, name: str, given: dict[str, Any]) -> click.Context:
-    """The context of ``memcalc NAME`` run with the command line that ``given`` spells (None:
-    the option's default; a ModelSpec or GpuProfile is left out, the caller uses it): its
-    ``params`` are the option values; its usage errors as the one line the command prints."""
-    import click
-
-    params = {p.name: p for p in command.params if p.name and p.name not in OUTPUT_OPTIONS}
-    argv: list[str] = []
-    for key, value in given.items():
-        param = params.get(key)
-        if param is None or not isinstance(param, click.Option):
-            names = sorted(k for k in params if k is not None)
-            raise MemcalcError(
-                f"memcalc.{name}: unknown option {key!r}; choose one of: {', '.join(names)}"
-            )
-        argv += _words(param, value)
-    try:
-        return command.make_context(f"memcalc {name}", argv, help_option_names=HELP_OPTIONS)
-    except click.UsageError as e:
-        raise MemcalcError(" ".join(e.format_message().split())) from None
+def _name(gpu: str | GpuProfile | None) -> str | None:
+    """A GPU given by name (a GpuProfile is used as it is, not parsed)."""
+    return None if gpu is None or isinstance(gpu, GpuProfile) else gpu
 
 
-def _words(param: click.Option, value: Any) -> list[str]:
-    """The command-line words that give ``param`` the Python ``value``."""
-    if value is None or isinstance(value, (ModelSpec, GpuProfile)):
-        return []
-    if param.is_flag and isinstance(value, bool):
-        if value:
-            return [param.opts[0]]
-        return [param.secondary_opts[0]] if param.secondary_opts else []
-    if isinstance(value, bool):  # a choice of true/false (--fsdp-reshard)
-        return [param.opts[0], str(value).lower()]
-    if param.multiple:
-        items = [value] if isinstance(value, str) else list(value)
-        return [w for item in items for w in (param.opts[0], _text(item))]
-    if isinstance(value, (list, tuple)):  # comma-separated names (--lora-targets)
-        return [param.opts[0], ",".join(map(_text, value))]
-    return [param.opts[0], _text(value)]
-
-
-def _text(value: Any) -> str:
-    return str(value.value) if isinstance(value, Enum) else str(value)
+def _say(lines: tuple[str, ...]) -> None:
+    """The notes and warnings the command would print, on stderr."""
+    for line in lines:
+        print(line, file=sys.stderr)

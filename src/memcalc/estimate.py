@@ -11,9 +11,10 @@ from dataclasses import dataclass, field, replace
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Block, Component, Gemm, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
-from memcalc.params import ParamCounts, graph_param_counts
+from memcalc.params import ParamCounts, graph_param_counts, setup_param_counts
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
+from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.steptime import StepTime, rank_forward_flops, runtime_of, step_of
 from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
@@ -78,6 +79,10 @@ class Breakdown:
     """The step's collectives on this rank."""
     time: StepTime | None = None
     """The step's time, by part (the model ``plan`` ranks by)."""
+    model_parameter_count: int | None = None
+    """Parameters of the whole model under this setup (adapters included), all ranks
+    together, when the layout splits them (tp, pp or ep > 1); None: ``params`` is the whole
+    model."""
 
     @property
     def peak_bytes(self) -> int:
@@ -237,6 +242,9 @@ def estimate(
             )
         results.append(done[key])
     worst = max(results, key=lambda b: b.peak_bytes)
+    if max(par.tp, par.pp, par.ep) > 1:
+        whole = setup_param_counts(spec, setup.replace(parallel=Parallelism()))
+        worst = replace(worst, model_parameter_count=whole.total)
     if par.pp == 1:
         return worst
     # the step lasts as long as its slowest stage

@@ -102,7 +102,8 @@ def _depth(value: Any) -> int:
 
 
 def parse_data(text: str, kind: str, where: str) -> Any:
-    """``text`` parsed as ``kind`` (``toml`` or ``json``), with the limits of this module."""
+    """``text`` parsed as ``kind`` (``toml``, ``yaml`` or ``json``), with the limits of this
+    module."""
     long_int = _LONG_INT.search(text)
     if long_int:
         digits = len(long_int.group().lstrip("+-"))
@@ -112,7 +113,10 @@ def parse_data(text: str, kind: str, where: str) -> Any:
             f"(at most {MAX_DIGITS} digits)"
         )
     try:
-        data = tomllib.loads(text) if kind == "toml" else json.loads(text)
+        if kind == "yaml":
+            data = _yaml(text, where)
+        else:
+            data = tomllib.loads(text) if kind == "toml" else json.loads(text)
     except json.JSONDecodeError as e:
         raise MemcalcError(
             f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}"
@@ -128,11 +132,31 @@ def parse_data(text: str, kind: str, where: str) -> Any:
     return data
 
 
+def _yaml(text: str, where: str) -> Any:
+    """YAML (PyYAML's safe loader: plain data, no tags that build objects)."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - a core dependency
+        raise MemcalcError(f"{where}: reading YAML needs PyYAML (pip install pyyaml)") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise MemcalcError(f"{where}: malformed YAML{at}: {problem}") from None
+
+
+SUFFIX_KINDS = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml"}
+"""How a data file is parsed, by suffix (anything else: JSON)."""
+
+
 def read_data_file(path: Path, what: str = "") -> dict[str, Any]:
-    """A .toml or .json file (by suffix; anything else is read as JSON) parsed into a dict."""
+    """A .toml, .yaml / .yml or .json file (by suffix; anything else is read as JSON) parsed
+    into a dict."""
     text = read_text_file(path, what)
     where = f"{what}: {shown(path)}" if what else shown(path)
-    data = parse_data(text, "toml" if path.suffix == ".toml" else "json", where)
+    data = parse_data(text, SUFFIX_KINDS.get(path.suffix.lower(), "json"), where)
     if not isinstance(data, dict):
         raise MemcalcError(f"{where}: expected a table/object at the top level")
     return data

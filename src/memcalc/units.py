@@ -105,7 +105,17 @@ def parse_size(text: str, field: str = "--budget") -> int:
         raise MemcalcError(f"{field}: must be at most 1 EiB (2^60 bytes), got {text[:40]!r}")
     if value < 1:
         raise MemcalcError(f"{field}: must be at least 1 byte, got {text[:40]!r}")
+    if not suffix and value < BARE_SIZE_MIN:
+        raise MemcalcError(
+            f"{field}: {text.strip()[:40]} has no unit, so it would be {int(value)} bytes; "
+            f"did you mean {number}GB or {number}GiB?"
+        )
     return int(value)
+
+
+BARE_SIZE_MIN = 2**20
+"""A size given without a unit below this many bytes (``--gpu-memory 48``) is taken for a
+forgotten unit: no memory, budget or host RAM that small is meant."""
 
 
 _COUNT_SUFFIXES = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from memcalc.cli.common import EnumChoice
+from memcalc.cli.common import OUTPUT, terminal_width
+from memcalc.cli.options import option
 from memcalc.params import count_params
 from memcalc.profiles import list_profiles, load_profile
 from memcalc.spec.presets import PRESETS
@@ -33,7 +34,7 @@ def models_app() -> None:
 
 
 @profiles_app.command("list", epilog=PROFILES_EXAMPLES)
-@click.option("--unit", type=EnumChoice(Unit), default=Unit.GiB.value, help="Memory unit.")
+@option(OUTPUT[1])
 def profiles_list(unit: Unit) -> None:
     """List the built-in GPU profiles."""
     from tabulate import tabulate
@@ -86,11 +87,15 @@ def profiles_show(name: str) -> None:
         own = field in ("display_name", "source", "notes")
         return " (not set: default)" if own else f" (not set: {REFERENCE_PROFILE}'s figure)"
 
+    rows = [[k, f"{v}{mark(k)}" if k in defaulted else str(v)] for k, v in p.fields().items()]
+    # the values wrap to the terminal ($COLUMNS): the field column, two spaces, the rest
+    value_width = max(20, terminal_width() - max(len(r[0]) for r in rows) - 2)
     click.echo(
         tabulate(
-            [[k, f"{v}{mark(k)}" if k in defaulted else v] for k, v in p.fields().items()],
+            rows,
             headers=["field", "value"],
             disable_numparse=True,
+            maxcolwidths=[None, value_width],
         )
     )
 

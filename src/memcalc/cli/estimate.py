@@ -8,26 +8,11 @@ from typing import Any
 
 import click
 
-from memcalc.cli.common import (
-    finetune_options,
-    fit_options,
-    gpu_memory_option,
-    gpu_option,
-    layout_options,
-    model_option,
-    output_options,
-    routing_options,
-    setup_options,
-    strategy_options,
-    terminal_width,
-    view_options,
-)
-from memcalc.cli.inputs import Inputs, read_inputs
+from memcalc.cli.common import output_options, say, terminal_width, view_options
+from memcalc.cli.options import given_names, options
 from memcalc.estimate import Breakdown, Options, estimate
-from memcalc.profiles import GpuProfile
+from memcalc.inputs import Inputs, catalog, estimate_inputs
 from memcalc.report.estimate import render_breakdowns, strategy_rows
-from memcalc.spec.model import ModelSpec
-from memcalc.strategies.selection import chosen_options
 
 EXAMPLES = """\b
 Examples:
@@ -41,15 +26,7 @@ Examples:
 
 
 @click.command("estimate", epilog=EXAMPLES)
-@model_option()
-@gpu_option
-@gpu_memory_option
-@setup_options
-@layout_options
-@finetune_options
-@routing_options
-@strategy_options
-@fit_options
+@options(catalog.ESTIMATE)
 @output_options
 @view_options
 def estimate_command(**values: Any) -> None:
@@ -60,7 +37,9 @@ def estimate_command(**values: Any) -> None:
         from memcalc.plot import check_path
 
         check_path(plot)  # before the estimate: a bad name or a missing extra fails fast
-    run, inputs, options = estimate_inputs(values)
+    inputs, options, values = estimate_inputs(values, given_names())
+    say(inputs.said)
+    run = strategy_runner(inputs, values["mfu"])
     rows = strategy_rows(run, inputs.spec.num_layers, inputs.setup, options, inputs.profiles[0])
     click.echo(
         render_breakdowns(
@@ -73,6 +52,11 @@ def estimate_command(**values: Any) -> None:
             width=terminal_width(),
         )
     )
+    from memcalc.advice import loss_advice  # a fused loss that would lower the peak a lot
+
+    advice = loss_advice(inputs.spec, inputs.setup, inputs.profiles[0], rows, values["unit"])
+    if advice is not None:
+        click.echo(f"note: {advice}", err=True)
     if plot is not None:
         from memcalc.plot import plot_estimate
 
@@ -80,31 +64,17 @@ def estimate_command(**values: Any) -> None:
         click.echo(f"chart: {path}", err=True)
 
 
-def estimate_inputs(
-    values: dict[str, Any],
-    spec: ModelSpec | None = None,
-    gpu: str | GpuProfile | None = None,
-) -> tuple[Callable[[Options], Breakdown], Inputs, Options | None]:
-    """What the option values ask for, validated: a function estimating one strategy (at
-    the command's MFU and headroom), the inputs, and the chosen strategy (None: none chosen).
-    ``spec`` and ``gpu`` replace ``--model`` and ``--gpu``. The command line's and the Python
-    API's (``memcalc.api.estimate``) one conversion; needs the command's click context."""
-    inputs = read_inputs(values, (gpu or values["gpu"],), spec=spec)
-    model, setup, profile = inputs.spec, inputs.setup, inputs.profiles[0]
-    mfu, headroom = values["mfu"], inputs.headroom
-    options = chosen_options(
-        values["recompute"],
-        values["every"],
-        values["budget"],
-        list(values["offload"]),
-        values["mfu"],
-    )
+def strategy_runner(inputs: Inputs, mfu: float) -> Callable[[Options], Breakdown]:
+    """A function estimating one strategy of ``inputs`` at the command's MFU and headroom
+    (the table's strategies and the chosen one run at the same)."""
 
     def run(o: Options) -> Breakdown:
-        # the table's strategies and the chosen one run at the same MFU and headroom
-        return estimate(model, setup, profile, replace(o, mfu=mfu, headroom=headroom))
+        profile = inputs.profiles[0]
+        return estimate(
+            inputs.spec, inputs.setup, profile, replace(o, mfu=mfu, headroom=inputs.headroom)
+        )
 
-    return run, inputs, options
+    return run
 
 
 def plan_hint(values: dict[str, Any]) -> str:

@@ -8,24 +8,42 @@ from typing import Any
 import click
 
 from memcalc.cli.common import (
-    LAYOUT_KEYS,
-    EnumChoice,
-    finetune_fields,
     finetune_options,
-    framework_field,
     gpu_option,
-    layout_fields,
     layout_options,
     measured_code,
     model_option,
+    say,
 )
+from memcalc.cli.options import options
 from memcalc.errors import MemcalcError
+from memcalc.inputs import catalog
+from memcalc.inputs.catalog import LAYOUT_FIELDS, by_name
+from memcalc.inputs.flags import bounded, choice_of, number, optional
+from memcalc.inputs.read import FINETUNE_KEYS, finetune_fields, framework_field, layout_fields
 from memcalc.install_hints import torch_missing
 from memcalc.measure.limits import BATCH_MAX, SEED_MAX
-from memcalc.spec.training import Attention, OptimizerKind, Precision
+from memcalc.spec.training import Precision
 from memcalc.strategies.recompute import Recompute
 
 TORCH_MISSING = torch_missing("measure")
+SETUP = by_name(catalog.SETUP)
+STRATEGY = by_name(catalog.STRATEGY)
+MEASURE_SETUP = (
+    SETUP["batch"].with_default(1, parse=bounded(1, BATCH_MAX)),
+    SETUP["seq"].with_default(512, parse=bounded(1, BATCH_MAX)),
+    SETUP["precision"].with_default(Precision.fp32),
+    SETUP["optimizer"],
+    SETUP["attention"],
+    SETUP["dropout"].with_default(None, parse=optional(number(-1e308, 1e308))),
+    STRATEGY["recompute"].with_default(Recompute.none, parse=choice_of(Recompute)),
+    STRATEGY["every"].with_default(None, parse=optional(bounded(1))),
+    STRATEGY["offload"].with_default(
+        (), help="WHAT=WHERE: optimizer=cpu or activations=cpu (repeatable)."
+    ),
+)
+"""The setup flags ``measure`` shares with ``estimate``, with its own defaults (a CPU-sized
+step in fp32) and bounds."""
 EXAMPLES = """\b
 Examples:
   memcalc measure --model gpt2 --batch 4 --seq 512 --recompute full
@@ -38,57 +56,7 @@ Examples:
 
 @click.command("measure", epilog=EXAMPLES)
 @model_option("gpt2")
-@click.option(
-    "--batch",
-    "-b",
-    type=click.IntRange(1, BATCH_MAX),
-    default=1,
-    show_default=True,
-    help="Micro-batch size.",
-)
-@click.option(
-    "--seq",
-    "-s",
-    type=click.IntRange(1, BATCH_MAX),
-    default=512,
-    show_default=True,
-    help="Sequence length.",
-)
-@click.option(
-    "--precision",
-    type=EnumChoice(Precision),
-    default=Precision.fp32.value,
-    show_default=True,
-    help="Precision recipe.",
-)
-@click.option(
-    "--optimizer",
-    type=EnumChoice(OptimizerKind),
-    default=OptimizerKind.adamw.value,
-    show_default=True,
-    help="Optimizer.",
-)
-@click.option(
-    "--attention",
-    type=EnumChoice(Attention),
-    default=Attention.sdpa.value,
-    show_default=True,
-    help="Attention kernel.",
-)
-@click.option("--dropout", type=float, default=None, help="Override every dropout rate, in [0, 1).")
-@click.option(
-    "--recompute",
-    type=EnumChoice(Recompute),
-    default=Recompute.none.value,
-    show_default=True,
-    help="Recompute strategy.",
-)
-@click.option(
-    "--every", type=click.IntRange(min=1), default=None, help="k for --recompute every-k."
-)
-@click.option(
-    "--offload", multiple=True, help="WHAT=WHERE: optimizer=cpu or activations=cpu (repeatable)."
-)
+@options(MEASURE_SETUP)
 @click.option(
     "--impl",
     type=click.Choice(["ours", "hf"], case_sensitive=False),
@@ -160,22 +128,14 @@ def measure_command(**values: Any) -> None:
 
     values["offload"] = list(values["offload"])
     finetune = finetune_fields(values)
-    for key in (
-        "lora_rank",
-        "lora_alpha",
-        "lora_targets",
-        "lora_dropout",
-        "quantize",
-        "train_embeddings",
-        "modules_to_save",
-        "kbit_prep",
-        "input_grads",
-    ):
+    for key in FINETUNE_KEYS:
         values.pop(key)
     layout = layout_fields(values)
-    for key in (*LAYOUT_KEYS, "fsdp_reshard"):
+    for key in (*LAYOUT_FIELDS, "dp_gpus"):
         values.pop(key, None)
-    values["impl"] = measured_code(framework_field(values), values["impl"])
+    said: list[str] = []
+    values["impl"] = measured_code(framework_field(values, said), values["impl"])
+    say(tuple(said))
     values.pop("framework")
     values.pop("parallel_impl")
     from memcalc.measure.progress import interrupted

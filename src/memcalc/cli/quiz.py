@@ -7,19 +7,15 @@ from typing import Any
 
 import click
 
-from memcalc.cli.common import (
-    MFU,
-    FilePath,
-    finetune_fields,
-    finetune_options,
-    gpu_option,
-    model_option,
-    setup_options,
-)
-from memcalc.estimate import DEFAULT_MFU
+from memcalc.cli.common import finetune_options, gpu_option, model_option, setup_options
+from memcalc.cli.options import Parsed, option
+from memcalc.inputs.catalog import MFU, MFU_FLAG
+from memcalc.inputs.flags import path
+from memcalc.inputs.read import FINETUNE_KEYS, finetune_fields
 from memcalc.quiz.bank import Difficulty, Lang, Topic
 from memcalc.quiz.command import Format, choices, quiz_command
 from memcalc.quiz.select import DEFAULT_COUNT, Source
+from memcalc.strategies.options import DEFAULT_MFU
 
 EXAMPLES = """\b
 Examples:
@@ -36,12 +32,13 @@ Examples:
 @gpu_option
 @setup_options
 @finetune_options
-@click.option(
-    "--mfu",
-    type=MFU,
-    default=DEFAULT_MFU,
-    show_default=True,
-    help="Model-FLOPs utilisation for the times shown.",
+@option(
+    MFU_FLAG.with_default(
+        DEFAULT_MFU,
+        parse=MFU,
+        help="Model-FLOPs utilisation for the times shown.",
+        show_default=True,
+    )
 )
 @click.option(
     "--count",
@@ -90,7 +87,7 @@ Examples:
 @click.option("--stats", is_flag=True, help="Show mastery per topic from the progress file.")
 @click.option(
     "--progress",
-    type=FilePath(),
+    type=Parsed(path, "path"),
     default=None,
     help="Progress file (default $XDG_STATE_HOME/memcalc/quiz.json, else "
     "~/.local/state/memcalc/quiz.json).",
@@ -103,17 +100,3 @@ def quiz(**values: Any) -> None:
     for key in FINETUNE_KEYS:
         values.pop(key)
     quiz_command(**values, finetune=finetune)
-
-
-FINETUNE_KEYS = (
-    "lora_rank",
-    "lora_alpha",
-    "lora_targets",
-    "lora_dropout",
-    "quantize",
-    "train_embeddings",
-    "modules_to_save",
-    "kbit_prep",
-    "input_grads",
-)
-"""The fine-tuning flags (shared with ``estimate``), passed on as TrainingSetup fields."""

@@ -8,21 +8,43 @@ from typing import Any
 import click
 
 from memcalc.cli.common import (
-    RATE,
-    EnumChoice,
-    framework_field,
     gpu_option,
-    layout_fields,
     layout_options,
     measured_code,
     output_options,
+    say,
     strategy_options,
+    terminal_width,
 )
+from memcalc.cli.options import options
 from memcalc.errors import MemcalcError
+from memcalc.inputs import catalog
+from memcalc.inputs.catalog import by_name
+from memcalc.inputs.flags import choice_of, optional
+from memcalc.inputs.read import framework_field, layout_fields
 from memcalc.install_hints import torch_missing
-from memcalc.spec.training import MAX_TOKENS, Attention, GradDType, OptimizerKind, Precision
+from memcalc.spec.training import MAX_TOKENS, Attention
 
 TORCH_MISSING = torch_missing("trace")
+SETUP = by_name(catalog.SETUP)
+TRACE_SETUP = (
+    SETUP["precision"].with_default(
+        SETUP["precision"].default, help="Precision recipe (the model is traced in its dtype)."
+    ),
+    SETUP["grad_dtype"],
+    SETUP["optimizer"],
+    SETUP["foreach"],
+    SETUP["attention"].with_default(
+        None,
+        parse=optional(choice_of(Attention)),
+        help="Attention kernel of HF / preset models (default sdpa).",
+    ),
+)
+"""The setup flags ``trace`` shares with ``estimate`` (the attention kernel only where the
+target is built by memcalc)."""
+TRACE_DROPOUT = SETUP["dropout"].with_default(
+    None, help="Override every dropout rate of an HF / preset model."
+)
 EXAMPLES = """\b
 Examples:
   memcalc trace mypkg.models:build_model --input-shape 4x1024 --gpu a100
@@ -39,32 +61,7 @@ Examples:
     help="Token ids fed to the model: batch x sequence, e.g. 4x1024.",
 )
 @gpu_option
-@click.option(
-    "--precision",
-    type=EnumChoice(Precision),
-    default=Precision.bf16_mixed.value,
-    show_default=True,
-    help="Precision recipe (the model is traced in its dtype).",
-)
-@click.option(
-    "--grad-dtype", type=EnumChoice(GradDType), default=None, help="Gradient dtype under -mixed."
-)
-@click.option(
-    "--optimizer",
-    type=EnumChoice(OptimizerKind),
-    default=OptimizerKind.adamw.value,
-    show_default=True,
-    help="Optimizer.",
-)
-@click.option(
-    "--foreach/--no-foreach", default=True, show_default=True, help="Multi-tensor optimizer step."
-)
-@click.option(
-    "--attention",
-    type=EnumChoice(Attention),
-    default=None,
-    help="Attention kernel of HF / preset models (default sdpa).",
-)
+@options(TRACE_SETUP)
 @click.option(
     "--impl",
     type=click.Choice(["ours", "hf"], case_sensitive=False),
@@ -73,14 +70,9 @@ Examples:
     help="Deprecated: --framework reference (ours) or --framework hf (hf).",
 )
 @click.option(
-    "--dropout",
-    type=RATE,
-    default=None,
-    help="Override every dropout rate of an HF / preset model.",
-)
-@click.option(
     "--quiet", "-q", is_flag=True, help="No progress on stderr (only the estimate on stdout)."
 )
+@options([TRACE_DROPOUT])
 @layout_options
 @strategy_options
 @output_options
@@ -101,7 +93,9 @@ def trace_command(**values: Any) -> None:
     from memcalc.measure.trace_command import ImplChoice, run_trace
 
     layout = layout_fields(values)
-    framework = framework_field(values)
+    said: list[str] = []
+    framework = framework_field(values, said)
+    say(tuple(said))
     given = framework is not None or values["impl"] is not None
     impl = ImplChoice(measured_code(framework, values["impl"])) if given else None
     try:
@@ -125,6 +119,7 @@ def trace_command(**values: Any) -> None:
             fmt=values["fmt"],
             unit=values["unit"],
             quiet=values["quiet"],
+            width=terminal_width(),
         )
     except KeyboardInterrupt as e:
         click.echo(interrupted("trace", getattr(e, "phase", "")), err=True)

@@ -90,7 +90,7 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
     capacity = setup.capacity_factor
     if moe is not None and capacity is None:
         capacity = moe.capacity_factor
-    return Dims(
+    dims = Dims(
         b=setup.batch,
         s=setup.seq // setup.parallel.cp,
         h=spec.hidden_size,
@@ -116,6 +116,14 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         cpu=cpu_kernels,
         cpu_dropout_sdpa=device == "cpu",
     )
+    if dims.sp and dims.s % t:
+        # Megatron-core tensor_parallel/mappings.py _split_along_first_dim: the [s, b, h]
+        # activations are scattered along s, which must divide evenly over the tp ranks
+        raise MemcalcError(
+            f"--seq: sequence parallelism splits each rank's {dims.s} tokens of a sequence "
+            f"(seq / cp) over tp ({t}) ranks: tp must divide them (or --no-sp)"
+        )
+    return dims
 
 
 def _split(n: int, ranks: int, what: str) -> int:

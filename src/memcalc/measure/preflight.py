@@ -217,7 +217,7 @@ def check_memory(need: Need, *, force: bool, ranks: int = 1) -> list[str]:
     ``force``; the notes to print (a forced run, memory that cannot be read)."""
     notes: list[str] = []
     checks: list[tuple[int, int | None, str]] = [
-        (need.host_bytes, host_available_bytes(), "of RAM available on this host")
+        (need.host_bytes, host_available_bytes(), "available in RAM on this host")
     ]
     if need.gpu is not None:
         devices = [torch.device("cuda", i) for i in range(ranks)] if ranks > 1 else [need.gpu]

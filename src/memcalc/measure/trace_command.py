@@ -59,6 +59,7 @@ def _run_trace(
     mfu: float,
     fmt: Format,
     unit: Unit,
+    width: int | None = None,
 ) -> str:
     from memcalc.estimate import Breakdown, Options, estimate_graph
     from memcalc.measure.build import Impl
@@ -89,6 +90,11 @@ def _run_trace(
         f"activations traced from {target} at {batch}x{seq} under FakeTensorMode "
         "(CPU kernels, except dropout masks as bool and SDPA with dropout as flash, as on a GPU)"
     ]
+    if resolved.max_positions is not None and seq > resolved.max_positions:
+        _warn(
+            f"--input-shape: sequence {seq} is over {resolved.name}'s max_position_embeddings "
+            f"({resolved.max_positions}): it was not trained on positions past them"
+        )
     if resolved.kind == "module":
         setup = setup.replace(attention=Attention.sdpa)
         notes.append("attention as the module computes it (the kernel above is not used)")
@@ -125,7 +131,7 @@ def _run_trace(
             trace.name, trace.graph, trace.counts, plain, profile, options, notes=tuple(notes)
         )
 
-    return render_estimate(run, trace.graph.num_layers, setup, options, fmt, unit)
+    return render_estimate(run, trace.graph.num_layers, setup, options, fmt, unit, width=width)
 
 
 def _warn(message: str) -> None:

@@ -9,6 +9,8 @@ Rules, each the framework's own or stated as a restriction of the search:
   (``graph/lower.py``).
 - Context parallelism cp in 1, 2, 4, 8, 16 with seq divisible by 2 x cp (Megatron's
   load-balanced ring splits every sequence into 2 x cp chunks).
+- Sequence parallelism (on with tp > 1) scatters each rank's seq / cp tokens over tp ranks,
+  so tp must divide them (Megatron-core ``_split_along_first_dim``).
 - Pipeline stages: powers of two and divisors of the layer count, at most one stage per layer;
   1F1B needs at least pp micro-batches; interleaving (2 virtual stages) when the layers split
   into 2 x pp equal chunks and the micro-batches are a multiple of pp (Megatron's rules).
@@ -119,6 +121,8 @@ def layouts(
     for n in world_sizes(max_gpus, gpus_per_node):
         for tp in tps:
             for cp in cps:
+                if (seq // cp) % tp:
+                    continue  # sequence parallelism splits seq / cp over tp (TrainingSetup)
                 for pp in pps:
                     if n % (tp * cp * pp):
                         continue

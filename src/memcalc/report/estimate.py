@@ -250,10 +250,24 @@ def _wrap(text: str, width: int | None) -> str:
     return textwrap.fill(text, width) if width else text
 
 
+def parameter_words(b: Breakdown) -> str:
+    """The model's parameters, and this rank's share when the layout splits them.
+
+    >>> from memcalc.api import estimate
+    >>> b = estimate("llama-3-70b", seq=8192, tp=8, pp=4, dp=2, microbatches=16, zero=1)
+    >>> parameter_words(b)
+    '70,553,706,496 parameters; 2,270,756,864 on this rank'
+    """
+    whole = b.model_parameter_count
+    if whole is None or whole == b.params.total:
+        return f"{b.params.total:,} parameters"
+    return f"{whole:,} parameters; {b.params.total:,} on this rank"
+
+
 def _header(b: Breakdown, unit: Unit) -> str:
     s = b.setup
     return (
-        f"{b.model_name} ({b.params.total:,} parameters) on {b.gpu.display_name} "
+        f"{b.model_name} ({parameter_words(b)}) on {b.gpu.display_name} "
         f"({fmt_bytes(b.gpu.memory_bytes, unit)} {unit.value}); batch {s.batch} x seq {s.seq}, "
         f"{s.precision.value}, {s.optimizer.value}, attention {s.attention.value}. "
         f"Memory in {unit.value}."

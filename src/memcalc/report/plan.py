@@ -150,7 +150,7 @@ def _impractical_line(kind: KindResult, req: Any) -> str:
 def _closest(kind: KindResult, unit: Unit) -> str:
     b = min(kind.closest, key=lambda b: b.over_gpu_bytes)
     n = b.setup.parallel.world_size
-    return f"{n} GPUs, {layout_label(b)}, {b.strategy}: " + verdict_text(b, unit).removeprefix(
+    return f"{_gpus(n)}, {layout_label(b)}, {b.strategy}: " + verdict_text(b, unit).removeprefix(
         "DOES NOT FIT: "
     )
 
@@ -239,7 +239,7 @@ def _why(result: PlanResult, unit: Unit) -> list[str]:
                 key=lambda kv: kv[1],
             )
             lines.append(
-                f"- {n} GPUs ({layout_label(b)}, ZeRO-{b.setup.parallel.zero}, {b.strategy}): "
+                f"- {_gpus(n)} ({layout_label(b)}, ZeRO-{b.setup.parallel.zero}, {b.strategy}): "
                 f"{verdict_text(b, unit).removeprefix('DOES NOT FIT: ')}; largest part "
                 f"{largest[0]} {fmt_bytes(largest[1], unit)} {unit.value}"
             )

@@ -115,7 +115,7 @@ class Parallelism:
             # (core/parallel_state.py initialize_model_parallel, "expert-tensor" x "ep" x "edp")
             raise FieldError(
                 "ep",
-                f"expert parallelism runs inside the {self.shard_ranks} data-parallel ranks "
+                f"expert parallelism runs inside the {_ranks(self.shard_ranks)} "
                 f"(experts keep their tensor-parallel split); ep ({self.ep}) must divide it",
             )
 
@@ -144,7 +144,8 @@ class Parallelism:
         return self.shard_ranks // self.ep
 
     def describe(self) -> str:
-        parts = [f"{self.world_size} GPUs: dp {self.dp}"]
+        n = self.world_size
+        parts = [f"{n} GPU{'' if n == 1 else 's'}: dp {self.dp}"]
         for name in ("tp", "pp", "cp", "ep"):
             value = getattr(self, name)
             if value > 1:
@@ -156,6 +157,11 @@ class Parallelism:
         if self.microbatches > 1:
             parts.append(f"{self.microbatches} micro-batches")
         return ", ".join(parts)
+
+
+def _ranks(n: int) -> str:
+    """``n`` data-parallel ranks in words (``1 data-parallel rank``)."""
+    return f"{n} data-parallel rank{'' if n == 1 else 's'}"
 
 
 SINGLE_GPU = Parallelism()

@@ -82,7 +82,14 @@ PRESETS: dict[str, ModelSpec] = {
         _llama("llama-2-70b", 32000, 8192, 80, 64, 8, 28672),
         _llama("llama-3-8b", 128256, 4096, 32, 32, 8, 14336, max_positions=8192),
         _llama("llama-3-70b", 128256, 8192, 80, 64, 8, 28672, max_positions=8192),
+        # Llama 3.1 / 3.2 / 3.3 (meta-llama/Llama-3.*): 131072 positions through rope_scaling
+        # rope_type "llama3" (factor 8 over 8192), which changes the inverse frequencies only:
+        # no parameter and no saved tensor, so it is read from config.json and not modelled
+        _llama("llama-3.1-8b", 128256, 4096, 32, 32, 8, 14336, max_positions=131072),
+        _llama("llama-3.1-70b", 128256, 8192, 80, 64, 8, 28672, max_positions=131072),
         _llama("llama-3.1-405b", 128256, 16384, 126, 128, 8, 53248, max_positions=131072),
+        _llama("llama-3.2-3b", 128256, 3072, 28, 24, 8, 8192, tied=True, max_positions=131072),
+        _llama("llama-3.3-70b", 128256, 8192, 80, 64, 8, 28672, max_positions=131072),
         # Mistral-7B-v0.1: every layer attends within a 4096-token window
         _llama(
             "mistral-7b",
@@ -108,6 +115,30 @@ PRESETS: dict[str, ModelSpec] = {
             tied=True,
             qkv_bias=True,
             max_positions=32768,
+        ),
+        # Qwen/Qwen2.5-*: q/k/v biases, no sliding window (use_sliding_window false); the
+        # small ones tie their embeddings
+        *(
+            _llama(
+                name,
+                vocab,
+                hidden,
+                layers,
+                heads,
+                kv_heads,
+                width,
+                family=Family.qwen2,
+                tied=tied,
+                qkv_bias=True,
+                max_positions=positions,
+            )
+            for name, vocab, hidden, layers, heads, kv_heads, width, tied, positions in (
+                ("qwen2.5-1.5b", 151936, 1536, 28, 12, 2, 8960, True, 131072),
+                ("qwen2.5-3b", 151936, 2048, 36, 16, 2, 11008, True, 32768),
+                ("qwen2.5-14b", 152064, 5120, 48, 40, 8, 13824, False, 131072),
+                ("qwen2.5-32b", 152064, 5120, 64, 40, 8, 27648, False, 131072),
+                ("qwen2.5-72b", 152064, 8192, 80, 64, 8, 29568, False, 131072),
+            )
         ),
         _llama(
             "qwen2.5-7b",
@@ -136,16 +167,25 @@ def preset(name: str) -> ModelSpec:
     >>> preset("meta-llama/Meta-Llama-3-8B-Instruct").name, preset("LLAMA3-8B").name
     ('llama-3-8b', 'llama-3-8b')
     """
-    from memcalc.spec.names import closest, resolve
+    from memcalc.spec.names import closest, hub_id_guess, resolve
 
     names = sorted(PRESETS)
     hit = resolve(name, names)
     if hit is not None:
         return PRESETS[hit]
     guess = closest(name, names)
+    hub = hub_id_guess(name)
+    elsewhere = (
+        f"for a model on the Hugging Face hub pass its hub id (ORG/NAME, e.g. {hub}) or the "
+        "path of its config.json"
+        if hub is not None
+        else "a hub id ORG/NAME, a spec .toml/.json or an HF config.json path also works"
+    )
     if guess is not None:
         raise MemcalcError(
-            f"--model: unknown value {name!r}; did you mean {guess!r}? (memcalc models list "
-            "shows every preset; a spec .toml/.json or an HF config.json path also works)"
+            f"--model: unknown value {name!r}; did you mean {guess!r}? ({elsewhere}; memcalc "
+            "models list shows every preset)"
         )
+    if hub is not None:
+        raise MemcalcError(f"--model: {name!r} is not a preset; {elsewhere} (memcalc models list)")
     raise one_of("--model", name, names) from None

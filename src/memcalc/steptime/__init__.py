@@ -18,11 +18,11 @@ from memcalc.graph.ops import OpGraph
 from memcalc.profiles import GpuProfile
 from memcalc.steptime.compute import MicroBatch, micro_batch, rank_forward_flops
 from memcalc.steptime.kernels import memory_seconds
-from memcalc.steptime.runtime import RUNTIMES, AttentionKernel, Runtime, runtime_of
 from memcalc.steptime.schedule import Kernels, StepTime, communication_seconds, step_time
 from memcalc.strategies.comms import Transfer
 from memcalc.strategies.placement import Placement
 from memcalc.strategies.recompute import ActivationPlan
+from memcalc.strategies.runtime import RUNTIMES, AttentionKernel, Runtime, runtime_of
 
 __all__ = [
     "RUNTIMES",

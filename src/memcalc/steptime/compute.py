@@ -34,8 +34,8 @@ from memcalc.steptime.kernels import (
     gemm_pass_seconds,
     memory_seconds,
 )
-from memcalc.steptime.runtime import Runtime
 from memcalc.strategies.recompute import ActivationPlan
+from memcalc.strategies.runtime import Runtime
 
 
 @dataclass(frozen=True)

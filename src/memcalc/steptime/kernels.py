@@ -36,7 +36,7 @@ import math
 from memcalc.graph.ops import AttentionWork, Gemm
 from memcalc.profiles import GpuProfile
 from memcalc.spec.training import DType
-from memcalc.steptime.runtime import AttentionKernel
+from memcalc.strategies.runtime import AttentionKernel
 
 TILES = ((128, 128), (128, 256), (256, 128))
 """Output tiles cuBLAS / CUTLASS pick among for large 16-bit and fp8 GEMMs on Ampere and

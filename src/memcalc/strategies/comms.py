@@ -248,7 +248,7 @@ class StepShape:
 
 @dataclass(frozen=True)
 class Overlaps:
-    """Which collectives the runtime overlaps with compute (``steptime.runtime.Runtime``)."""
+    """Which collectives the runtime overlaps with compute (``strategies.runtime.Runtime``)."""
 
     tp: bool = False
     """Tensor-parallel collectives overlapped with the GEMMs."""

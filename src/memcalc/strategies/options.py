@@ -11,7 +11,7 @@ from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute
 
 if TYPE_CHECKING:
-    from memcalc.steptime.runtime import Runtime
+    from memcalc.strategies.runtime import Runtime
 
 DEFAULT_MFU = 0.4
 """The one model-FLOPs utilisation of the single-utilisation time model: what ``--mfu`` gives
@@ -44,7 +44,7 @@ class Options:
     headroom: float = DEFAULT_HEADROOM
     """Fraction of GPU memory kept free (see DEFAULT_HEADROOM)."""
     runtime: Runtime | None = None
-    """The framework the time assumes (``steptime.runtime``); None: ``runtime_of(setup)``."""
+    """The framework the time assumes (``strategies.runtime``); None: ``runtime_of(setup)``."""
 
     def __post_init__(self) -> None:
         """Accept what the command line accepts: ``recompute="full"`` (any case),

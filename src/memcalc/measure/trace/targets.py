@@ -50,6 +50,8 @@ class Target:
     kind: str
     """module, hf-config or spec."""
     vocab_size: int | None = None
+    max_positions: int | None = None
+    """The model's max_position_embeddings (None: a module's, not known before it runs)."""
 
 
 def resolve_target(target: str, setup: TrainingSetup, impl: Impl = Impl.ours) -> Target:
@@ -90,7 +92,7 @@ def spec_target(spec: ModelSpec, setup: TrainingSetup, impl: Impl) -> Target:
 
         return _hf_model(spec, attention)
 
-    return Target(spec.name, build, "spec", spec.vocab_size)
+    return Target(spec.name, build, "spec", spec.vocab_size, spec.max_position_embeddings)
 
 
 def _hf_config_target(cfg: dict[str, Any], path: Path, setup: TrainingSetup) -> Target:
@@ -130,7 +132,13 @@ def _hf_config_target(cfg: dict[str, Any], path: Path, setup: TrainingSetup) -> 
             raise MemcalcError(f"{path}: {one_line(e)}") from None
 
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return Target(name or model_type, build, "hf-config", getattr(config, "vocab_size", None))
+    return Target(
+        name or model_type,
+        build,
+        "hf-config",
+        getattr(config, "vocab_size", None),
+        getattr(config, "max_position_embeddings", None),
+    )
 
 
 def _module_target(target: str) -> Target:

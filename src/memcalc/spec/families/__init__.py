@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from memcalc.errors import MemcalcError
-from memcalc.spec.families.base import FamilyDef, Implementation
+from memcalc.spec.families.base import AliasedConfig, FamilyDef, Implementation
 from memcalc.spec.model import Family, ModelSpec
 
 
@@ -62,12 +62,20 @@ def spec_from_hf_config(cfg: Mapping[str, Any], source: str = "config.json") -> 
     """
     model_type = cfg.get("model_type")
     types = hf_model_types()
+    text = cfg.get("text_config")
+    known = isinstance(model_type, str) and model_type in types
+    text_type = text.get("model_type") if isinstance(text, Mapping) else None
+    if not known and isinstance(text_type, str) and text_type in types:
+        # a vision-language checkpoint (gemma3, mistral3, ...): its language model
+        assert isinstance(text, Mapping)
+        return spec_from_hf_config({"_name_or_path": cfg.get("_name_or_path"), **text}, source)
     if not isinstance(model_type, str) or model_type not in types:
         raise MemcalcError(
             f"{source}: model_type: unsupported value {model_type!r}; "
             f"memcalc reads: {', '.join(types)} (use `memcalc trace` for others)"
         )
-    return types[model_type].from_hf(cfg, source)
+    family = types[model_type]
+    return family.from_hf(AliasedConfig(cfg, family.attribute_map), source)
 
 
 def hf_config_dict(spec: ModelSpec) -> dict[str, Any]:

@@ -3,7 +3,7 @@ the mapping between its ``config.json`` and a ModelSpec (``FamilyDef``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, TypeVar
@@ -161,9 +161,53 @@ class FamilyDef:
     """ModelSpec -> config.json (to build the HF model for measure / trace)."""
     check: Callable[[ModelSpec], None] = lambda spec: None
     """Family rules a spec must follow (e.g. Llama has no residual dropout)."""
+    attribute_map: Mapping[str, str] = field(default_factory=dict)
+    """The HF config class's ``attribute_map`` (alias -> canonical key): a config.json may
+    spell a key either way (``XConfig.to_json_file`` writes the canonical one, published
+    files often the alias), and both read the same (``AliasedConfig``)."""
 
     def __post_init__(self) -> None:
         register_family_rules(self.family, FamilyRules(self.defaults, self.dropouts, self.check))
+
+
+class AliasedConfig(Mapping[str, Any]):
+    """A config.json in which each key of a config class's ``attribute_map`` answers to its
+    alias and its canonical name alike (``PretrainedConfig.__getattribute__`` reads an alias
+    through the map; ``to_json_file`` writes canonical names).
+
+    >>> cfg = AliasedConfig({"num_local_experts": 8}, {"num_experts": "num_local_experts"})
+    >>> cfg["num_experts"], "num_experts" in cfg, cfg.spelled("num_experts")
+    (8, True, 'num_local_experts')
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], attribute_map: Mapping[str, str]) -> None:
+        self._cfg = cfg
+        self._names: dict[str, tuple[str, ...]] = {}
+        for alias, canonical in attribute_map.items():
+            self._names.setdefault(alias, (alias,))
+            self._names[alias] += (canonical,)
+            self._names.setdefault(canonical, (canonical,))
+            self._names[canonical] += (alias,)
+
+    def spelled(self, key: str) -> str:
+        """``key`` as the file spells it (its alias or canonical name), else ``key``."""
+        return next((k for k in self._names.get(key, ()) if k in self._cfg), key)
+
+    def names(self, key: str) -> tuple[str, ...]:
+        """``key`` and its other spellings."""
+        return self._names.get(key, (key,))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._cfg[self.spelled(key)]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.spelled(key) in self._cfg
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cfg)
+
+    def __len__(self) -> int:
+        return len(self._cfg)
 
 
 T = TypeVar("T")
@@ -211,16 +255,32 @@ class HfConfig:
 
     def get(self, field_name: str, key: str, default: Any = None) -> Any:
         """``cfg[key]`` (``default`` when absent or null), remembered as ``field_name``'s."""
-        self.keys[field_name] = key
+        self.keys[field_name] = self.spelled(key)
         value = self.cfg.get(key)
         return default if value is None else value
 
     def require(self, field_name: str, key: str) -> Any:
-        self.keys[field_name] = key
+        self.keys[field_name] = self.spelled(key)
         if key not in self.cfg or self.cfg[key] is None:
             model_type = self.cfg.get("model_type")
-            raise MemcalcError(f"{self.source}: {key}: missing (required for {model_type})")
+            names = " (or ".join(self._names(key)) + ")" * (len(self._names(key)) - 1)
+            raise MemcalcError(f"{self.source}: {names}: missing (required for {model_type})")
         return self.cfg[key]
+
+    def flag(self, field_name: str, key: str, default: bool = False) -> bool:
+        """``cfg[key]`` as a boolean: JSON true or false only (``1.5``, ``-1``, ``1`` or
+        ``"yes"`` are refused, naming the key), ``default`` when absent or null."""
+        value = self.get(field_name, key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {value!r}")
+        return value
+
+    def spelled(self, key: str) -> str:
+        """``key`` as this file spells it (an ``attribute_map`` alias or canonical name)."""
+        return self.cfg.spelled(key) if isinstance(self.cfg, AliasedConfig) else key
+
+    def _names(self, key: str) -> tuple[str, ...]:
+        return self.cfg.names(key) if isinstance(self.cfg, AliasedConfig) else (key,)
 
     def refuse(self, key: str, value: Any, why: str) -> MemcalcError:
         """The error for a value of ``key`` that memcalc does not model, and why."""
@@ -256,7 +316,7 @@ class HfConfig:
 
     def error(self, key: str, problem: str) -> FieldError:
         """A one-line error about config key ``key`` of this file."""
-        return FieldError(key, problem, self.source)
+        return FieldError(self.spelled(key), problem, self.source)
 
     def name(self) -> str:
         """The model's name: ``_name_or_path``; else the file's name (``llama-2-7b-config``),
@@ -335,6 +395,9 @@ def llama_to_hf(spec: ModelSpec, model_type: str) -> dict[str, Any]:
                 "without an output bias is Qwen2 (family = qwen2)"
             )
         out |= {"attention_bias": spec.qkv_bias, "mlp_bias": spec.mlp_bias}
+    if model_type == "mistral":
+        # MistralConfig's sliding_window defaults to 4096: no window must be written as null
+        out["sliding_window"] = spec.sliding_window
     if spec.sliding_window is not None:
         out["sliding_window"] = spec.sliding_window
         if model_type == "qwen2":

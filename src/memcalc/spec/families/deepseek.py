@@ -55,7 +55,7 @@ def _common(c: HfConfig, family: Family) -> dict[str, Any]:
             f"{freq!r} is not modelled: transformers' DeepSeek makes every layer from "
             "first_k_dense_replace on an MoE layer (it does not read moe_layer_freq)",
         )
-    if c.cfg.get("output_router_logits"):
+    if c.flag("moe.aux_loss", "output_router_logits"):
         raise c.error(
             "output_router_logits",
             "true is not modelled: transformers' DeepSeek computes no load-balancing loss",
@@ -123,7 +123,7 @@ def v2_from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:
         ("greedy", "group_limited_greedy"),
         "the methods DeepseekV2TopkRouter has",
     )
-    if c.cfg.get("norm_topk_prob"):
+    if c.flag("moe.norm_topk_prob", "norm_topk_prob"):
         raise c.error(
             "norm_topk_prob",
             "true is not modelled: DeepseekV2TopkRouter does not renormalise (it ignores the key)",
@@ -144,7 +144,7 @@ def v3_from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:
     fields = _common(c, Family.deepseek_v3)
     _expect(c, "scoring_func", ("sigmoid",), "DeepseekV3TopkRouter always takes a sigmoid")
     _expect(c, "topk_method", ("noaux_tc",), "DeepseekV3TopkRouter always runs noaux_tc")
-    if c.cfg.get("mlp_bias"):
+    if c.flag("mlp_bias", "mlp_bias"):
         raise c.error("mlp_bias", "true is not modelled: DeepseekV3MLP has no biases")
     moe = _moe(c) | {
         "router": Router.sigmoid,
@@ -240,8 +240,19 @@ def _check(spec: ModelSpec) -> None:
         raise FieldError("layer_pattern", f"{spec.family.value} has no sliding-window layers")
 
 
+ATTRIBUTE_MAPS: dict[Family, dict[str, str]] = {
+    # transformers 5.24 DeepseekV2Config / DeepseekV3Config.attribute_map
+    Family.deepseek_v2: {"num_experts": "n_routed_experts"},
+    Family.deepseek_v3: {
+        "num_local_experts": "n_routed_experts",
+        "num_mtp_layers": "num_nextn_predict_layers",
+    },
+}
+
+
 def _family(family: Family, impl: Implementation, from_hf: Any, to_hf: Any) -> FamilyDef:
     return FamilyDef(
+        attribute_map=ATTRIBUTE_MAPS[family],
         family=family,
         model_types=(family.value,),
         impl=impl,

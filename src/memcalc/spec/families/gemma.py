@@ -89,7 +89,7 @@ def _sizes(c: HfConfig, family: Family, defaults: Mapping[str, Any]) -> dict[str
             return c.get(field, key, defaults[key])
         return c.require(field, key)
 
-    if c.get("use_bidirectional_attention", "use_bidirectional_attention", False) is True:
+    if c.flag("use_bidirectional_attention", "use_bidirectional_attention"):
         raise c.refuse("use_bidirectional_attention", True, "memcalc models causal language models")
     return {
         "name": c.name(),
@@ -267,10 +267,19 @@ def _gemma(
 _GEMMA2 = {"max_position_embeddings": 8192, "sliding_window": 4096, "layer_pattern": LOCAL_GLOBAL}
 # google/gemma-3-*: vocab 262208, 131072 positions, local window 1024.
 _GEMMA3 = {"max_position_embeddings": 131_072, "sliding_window": 1024, "layer_pattern": FIVE_TO_ONE}
+# google/gemma-3-270m, gemma-3-1b-pt (text only): vocab 262144, 32768 positions, window 512.
+_GEMMA3_SMALL = {
+    "max_position_embeddings": 32_768,
+    "sliding_window": 512,
+    "layer_pattern": FIVE_TO_ONE,
+}
 
 PRESETS = (
     _gemma("gemma-2-9b", Family.gemma2, 256_000, 3584, 42, 16, 8, 256, 14336, **_GEMMA2),
     _gemma("gemma-2-27b", Family.gemma2, 256_000, 4608, 46, 32, 16, 128, 36864, **_GEMMA2),
+    _gemma("gemma-3-270m", Family.gemma3_text, 262_144, 640, 18, 4, 1, 256, 2048, **_GEMMA3_SMALL),
+    _gemma("gemma-3-1b", Family.gemma3_text, 262_144, 1152, 26, 4, 1, 256, 6912, **_GEMMA3_SMALL),
     _gemma("gemma-3-4b", Family.gemma3_text, 262_208, 2560, 34, 8, 4, 256, 10240, **_GEMMA3),
+    _gemma("gemma-3-12b", Family.gemma3_text, 262_208, 3840, 48, 16, 8, 256, 15360, **_GEMMA3),
     _gemma("gemma-3-27b", Family.gemma3_text, 262_208, 5376, 62, 32, 16, 128, 21504, **_GEMMA3),
 )

@@ -101,5 +101,12 @@ FAMILIES = (
         dropouts=("embedding_dropout", "attention_dropout", "residual_dropout"),
         from_hf=from_hf,
         to_hf=to_hf,
+        # transformers 5.24 configuration_gpt2.py GPT2Config.attribute_map
+        attribute_map={
+            "hidden_size": "n_embd",
+            "max_position_embeddings": "n_positions",
+            "num_attention_heads": "n_head",
+            "num_hidden_layers": "n_layer",
+        },
     ),
 )

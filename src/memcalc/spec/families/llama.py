@@ -50,7 +50,7 @@ def qwen2_from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:
     ``max_window_layers`` on attend within ``sliding_window`` (``Qwen2Config.__init__``)."""
     c = HfConfig(cfg, source)
     fields = llama_keys(c, Family.qwen2) | {"qkv_bias": True}
-    if c.get("use_sliding_window", "use_sliding_window", False) is True:
+    if c.flag("use_sliding_window", "use_sliding_window"):
         window = c.require("sliding_window", "sliding_window")
         first = c.get("first_layers", "max_window_layers", 0)
         if not isinstance(first, int) or isinstance(first, bool) or first < 0:
@@ -98,5 +98,19 @@ PRESETS = (
         head_dim=128,
         intermediate_size=14336,
         max_position_embeddings=1024000,
+    ),
+    # mistralai/Mistral-Small-24B-Base-2501 (Mistral Small 3): head_dim 128 with 32 heads
+    # (4096 != hidden 5120), no sliding window, 32768 positions
+    ModelSpec(
+        name="mistral-small-24b",
+        family=Family.mistral,
+        vocab_size=131072,
+        hidden_size=5120,
+        num_layers=40,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=32768,
+        max_position_embeddings=32768,
     ),
 )

@@ -82,6 +82,8 @@ FAMILIES = (
         from_hf=mixtral_from_hf,
         to_hf=mixtral_to_hf,
         check=attention_dropout_only,
+        # transformers 5.24 configuration_mixtral.py MixtralConfig.attribute_map
+        attribute_map={"num_experts": "num_local_experts"},
     ),
 )
 

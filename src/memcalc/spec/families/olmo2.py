@@ -66,17 +66,25 @@ FAMILIES = (
     ),
 )
 
-PRESETS = (
-    # allenai/OLMo-2-1124-7B: MHA, vocab 100352, 4096 positions, untied
-    ModelSpec(
-        name="olmo-2-7b",
+
+def _olmo2(name: str, hidden: int, layers: int, heads: int, kv: int, width: int) -> ModelSpec:
+    # allenai/OLMo-2-*: vocab 100352, 4096 positions, untied
+    return ModelSpec(
+        name=name,
         family=Family.olmo2,
         vocab_size=100352,
-        hidden_size=4096,
-        num_layers=32,
-        num_heads=32,
-        num_kv_heads=32,
-        intermediate_size=11008,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv,
+        intermediate_size=width,
         max_position_embeddings=4096,
-    ),
+    )
+
+
+PRESETS = (
+    _olmo2("olmo-2-1b", 2048, 16, 16, 16, 8192),  # allenai/OLMo-2-0425-1B
+    _olmo2("olmo-2-7b", 4096, 32, 32, 32, 11008),  # allenai/OLMo-2-1124-7B
+    _olmo2("olmo-2-13b", 5120, 40, 40, 40, 13824),  # allenai/OLMo-2-1124-13B
+    _olmo2("olmo-2-32b", 5120, 64, 40, 8, 27648),  # allenai/OLMo-2-0325-32B: GQA
 )

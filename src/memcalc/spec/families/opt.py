@@ -72,8 +72,8 @@ def from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:
     max_position_embeddings, activation_function, enable_bias, dropout, attention_dropout."""
     c = HfConfig(cfg, source)
     for key, (modelled, what) in REFUSED.items():
-        value = cfg.get(key, modelled)
-        if value != modelled:
+        value = c.flag(key, key, modelled)
+        if value is not modelled:
             raise c.refuse(key, value, f"memcalc models {key} = {modelled!r}, not {what}")
     hidden = c.require("hidden_size", "hidden_size")
     proj = cfg.get("word_embed_proj_dim")

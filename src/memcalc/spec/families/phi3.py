@@ -128,4 +128,17 @@ PRESETS = (
         sliding_window=2047,
         layer_pattern=(LayerType.sliding,),
     ),
+    # microsoft/phi-4: GQA (40 heads, 10 kv heads), 16384 positions, no sliding window, full
+    # rotary, untied
+    ModelSpec(
+        name="phi-4",
+        family=Family.phi3,
+        vocab_size=100352,
+        hidden_size=5120,
+        num_layers=40,
+        num_heads=40,
+        num_kv_heads=10,
+        intermediate_size=17920,
+        max_position_embeddings=16384,
+    ),
 )

@@ -41,8 +41,8 @@ def qwen_sliding_layers(c: HfConfig, num_layers: Any) -> dict[str, Any]:
     (otherwise HF sets ``sliding_window = None`` and every layer attends fully)."""
     if not isinstance(num_layers, int) or isinstance(num_layers, bool):
         return {}  # the spec names the bad num_hidden_layers
-    use = c.get("sliding_window", "use_sliding_window", False)
-    window = c.get("sliding_window", "sliding_window", SLIDING_WINDOW) if use is True else None
+    use = c.flag("sliding_window", "use_sliding_window")
+    window = c.get("sliding_window", "sliding_window", SLIDING_WINDOW) if use else None
     types = c.layer_types(num_layers)
     if window is None:
         if types is not None and LayerType.sliding in types:
@@ -103,9 +103,13 @@ FAMILIES = (
 )
 
 
-def _qwen3(name: str, hidden: int, layers: int, heads: int, intermediate: int) -> ModelSpec:
-    # Qwen/Qwen3-*: vocab 151936, 8 kv heads of 128, untied, 40960 positions, no sliding window
+def _qwen3(
+    name: str, hidden: int, layers: int, heads: int, intermediate: int, *, tied: bool = False
+) -> ModelSpec:
+    # Qwen/Qwen3-*: vocab 151936, 8 kv heads of 128, 40960 positions, no sliding window; the
+    # models up to 4B tie their embeddings
     return ModelSpec(
+        tie_embeddings=tied,
         name=name,
         family=Family.qwen3,
         vocab_size=151936,
@@ -120,6 +124,10 @@ def _qwen3(name: str, hidden: int, layers: int, heads: int, intermediate: int) -
 
 
 PRESETS = (
+    _qwen3("qwen3-0.6b", 1024, 28, 16, 3072, tied=True),
+    _qwen3("qwen3-1.7b", 2048, 28, 16, 6144, tied=True),
+    _qwen3("qwen3-4b", 2560, 36, 32, 9728, tied=True),
     _qwen3("qwen3-8b", 4096, 36, 32, 12288),
+    _qwen3("qwen3-14b", 5120, 40, 40, 17408),
     _qwen3("qwen3-32b", 5120, 64, 64, 25600),
 )

@@ -97,7 +97,7 @@ def qwen2_moe_from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:
     n = _num_layers(c)
     sliding: list[bool] | None = None
     regular_from = 0
-    if c.get("use_sliding_window", "use_sliding_window", False) is True:
+    if c.flag("use_sliding_window", "use_sliding_window"):
         listed = c.cfg.get("layer_types")
         if listed is not None:
             allowed = {"full_attention": False, "sliding_attention": True}
@@ -139,7 +139,7 @@ def qwen3_moe_from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:
     fields = llama_attention(c, Family.qwen3_moe)
     n = _num_layers(c)
     window = None
-    if c.get("use_sliding_window", "use_sliding_window", False) is True:
+    if c.flag("use_sliding_window", "use_sliding_window"):
         window = c.require("sliding_window", "sliding_window")
     bias = c.get("qkv_bias", "attention_bias", False)
     fields |= {
@@ -249,6 +249,9 @@ FAMILIES = (
         from_hf=qwen3_moe_from_hf,
         to_hf=qwen3_moe_to_hf,
         check=attention_dropout_only,
+        # transformers 5.24 configuration_qwen3_moe.py Qwen3MoeConfig.attribute_map: the
+        # published Qwen3-MoE files say num_experts, to_json_file writes num_local_experts
+        attribute_map={"num_experts": "num_local_experts"},
     ),
 )
 
@@ -292,5 +295,21 @@ PRESETS = (
             shared_expert_gate=True,
             norm_topk_prob=False,
         ),
+    ),
+    # Qwen/Qwen3-235B-A22B config.json: 235.1B parameters, 22B active (8 of 128 experts);
+    # every layer an MoE layer.
+    ModelSpec(
+        name="qwen3-235b-a22b",
+        family=Family.qwen3_moe,
+        vocab_size=151936,
+        hidden_size=4096,
+        num_layers=94,
+        num_heads=64,
+        num_kv_heads=4,
+        head_dim=128,
+        intermediate_size=12288,
+        max_position_embeddings=40960,
+        layer_pattern=(LayerType.full_moe,),
+        moe=MoeSpec(num_experts=128, top_k=8, expert_size=1536, norm_topk_prob=True),
     ),
 )
