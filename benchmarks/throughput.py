@@ -4,7 +4,7 @@ Run: python benchmarks/throughput.py [--markdown] [--json FILE] [ID_PREFIX ...]
 
 Every point of ``benchmarks/data/throughput.json`` (a paper's or framework's table, with the
 layout it states) runs as ``memcalc.estimate`` with that layout, timed under the runtime the
-source ran (``memcalc.steptime.runtime``); tokens/s/GPU predicted = tokens per step / step
+source ran (``memcalc.strategies.runtime``); tokens/s/GPU predicted = tokens per step / step
 time / GPUs. Printed: each point's reported and predicted throughput and the error, the
 step's parts, whether memcalc thinks the layout fits; per comparison group (one source
 measuring several layouts of one model on one machine) whether memcalc orders the layouts as
@@ -198,6 +198,7 @@ def summary(results: list[Result], orders: list[dict[str, Any]]) -> dict[str, An
         "points": len(results),
         "scored": len(scored),
         "median_abs_error": statistics.median(errors),
+        "median_ratio": statistics.median(r.ratio for r in scored),
         "worst": {"id": worst.point["id"], "error": worst.ratio - 1},
         "within_15": sum(e <= MEDIAN_TARGET for e in errors),
         "without_caveats": len(plain),
@@ -220,7 +221,8 @@ def report(results: list[Result], orders: list[dict[str, Any]], seconds: float) 
         )
     lines += [
         "",
-        f"{total['scored']} of {total['points']} points scored; median |error| "
+        f"{total['scored']} of {total['points']} points scored; median predicted / reported "
+        f"{total['median_ratio']:.2f}, median |error| "
         f"{total['median_abs_error']:.1%} (target {MEDIAN_TARGET:.0%}); worst "
         f"{total['worst']['id']} {total['worst']['error']:+.1%}; {total['within_15']} within "
         f"{MEDIAN_TARGET:.0%}; the {total['without_caveats']} with no stated cause: median "
