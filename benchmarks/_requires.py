@@ -10,6 +10,8 @@ HINTS = {
     "torch": "pip install torch --index-url https://download.pytorch.org/whl/cpu  (or the CUDA "
     "build you use)",
     "transformers": "pip install transformers",
+    "torchtitan": "pip install -e '.[torchtitan]'",
+    "deepspeed": "DS_BUILD_OPS=0 pip install --no-build-isolation torch==2.13.0 -e '.[deepspeed]'",
 }
 
 

@@ -4,7 +4,8 @@ grid of tiny configs: estimated vs measured peak per case, and per family the wo
     PYTHONPATH=src python benchmarks/peak_grid.py --measure   # measure the missing cases
     PYTHONPATH=src python benchmarks/peak_grid.py --cases     # every case: est, measured, ratio
 
-``--measure`` runs ``memcalc.measure`` (``--framework hf``, CPU, exact live bytes) for every case and
+``--measure`` runs ``memcalc.measure`` (``--framework hf``, CPU, exact live bytes) for every case
+and
 saves the measurements to ``--cache`` (JSON); without it the saved measurements are compared
 with the current estimate, which takes seconds -- a measurement does not depend on memcalc's
 model, only on torch and transformers.

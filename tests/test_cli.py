@@ -274,7 +274,8 @@ def test_measure_impl_is_a_deprecated_name_of_the_framework(capsys):
     assert measured_code(FrameworkName.hf, None) == "hf"
     assert measured_code(None, "ours") == "ours"
     assert "--impl ours is deprecated: use --framework reference" in capsys.readouterr().err
-    with pytest.raises(MemcalcError, match="measure runs hf or reference"):
+    assert measured_code(FrameworkName.torchtitan, None) == "torchtitan"
+    with pytest.raises(MemcalcError, match="measure runs hf, reference"):
         measured_code(FrameworkName.megatron, None)
 
 

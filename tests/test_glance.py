@@ -30,7 +30,7 @@ def test_default_estimate_table_fits_the_terminal(columns):
     widest = max(len(line) for line in r.output.splitlines())
     assert widest <= columns
     header = next(line for line in r.output.splitlines() if line.startswith("strategy"))
-    for column in ("peak", "headroom", "fits", "added"):
+    for column in ("peak", "reserved", "fits", "added"):
         assert column in header
     assert "optimizer" not in header and "params" not in header
 
@@ -67,7 +67,7 @@ def test_verdict_line_names_the_cheapest_strategy_that_fits():
 
 def test_verdict_when_everything_fits_says_nothing_is_needed():
     r = invoke("estimate", "--model", "gpt2", columns=200)
-    assert "Fits with no recompute or offload: peak" in r.output
+    assert "Fits with no recompute or offload: reserved" in r.output
 
 
 def test_verdict_when_nothing_fits_names_the_closest_miss():

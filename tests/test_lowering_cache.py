@@ -9,8 +9,9 @@ from dataclasses import fields
 
 import pytest
 
-from memcalc.frameworks import FrameworkName
+from memcalc.frameworks import FrameworkName, ShardingEngine
 from memcalc.graph.lower import lower, lower_cached, lowering_key
+from memcalc.spec.deepspeed import DeepSpeedZero
 from memcalc.spec.finetune import LoraSpec, Quantize
 from memcalc.spec.loaders import load_model
 from memcalc.spec.parallel import Parallelism
@@ -37,6 +38,8 @@ SETUP_VALUES = {
     "moe_imbalance": (2.0,),
     "capacity_factor": (1.25,),
     "framework": tuple(FrameworkName),
+    "zero_engine": tuple(ShardingEngine),
+    "deepspeed": (DeepSpeedZero(),),
 }
 PARALLEL_VALUES = {
     "dp": (1, 4),

@@ -241,7 +241,7 @@ def test_fp8_mixed_is_refused_naming_the_precisions_measure_runs(monkeypatch):
     line = _one_error_line(r.stderr)
     assert line.startswith("error: --precision fp8-mixed: not measured")
     assert line.endswith(
-        "choose one of: fp32, bf16, fp16, bf16-mixed, fp16-mixed, amp-bf16, amp-fp16"
+        "choose one of: fp32, bf16, fp16, bf16-mixed, fp16-mixed, amp-bf16, amp-fp16, fsdp-bf16"
     )
 
 

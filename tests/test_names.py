@@ -101,7 +101,12 @@ def test_gpu_memory_and_host_memory_flags(capsys):
 
 def test_headroom_sets_the_reserve(capsys):
     zero, _ = _json(capsys, ["estimate", "--headroom", "0"])
-    ten, _ = _json(capsys, ["estimate"])
+    ten, _ = _json(capsys, ["estimate", "--headroom", "10%"])
+    auto, _ = _json(capsys, ["estimate"])
     assert zero["strategies"][0]["reserve_bytes"] == 0
     assert ten["strategies"][0]["reserve_bytes"] == int(0.1 * ten["gpu_memory_bytes"])
+    # auto: none where reserved memory is replayed (no strategy), 10% where not (offload)
+    rows = {s["strategy"]: s for s in auto["strategies"]}
+    assert rows["none"]["reserve_bytes"] == 0
+    assert rows["offload optimizer=cpu"]["reserve_bytes"] == int(0.1 * auto["gpu_memory_bytes"])
     assert main(["estimate", "--headroom", "95%"]) == 2

@@ -274,9 +274,13 @@ def test_generated_answers_equal_the_estimate(model, gpu, setup):
     assert answer["every-k-best"] == f"k = {min(ks, key=lambda k: (worst[k], k))}"
     size_text, _, verdict = answer["fits"].partition(": ")
     assert shows(size_text, base.peak_bytes)
-    # the estimate's own verdict: within the usable memory (the --headroom reserve kept free)
+    # the estimate's own verdict: the caching allocator finishes the step within the usable
+    # memory, or (where the replay does not model the layout) the peak is within it
     assert verdict == ("fits" if base.fits else "does not fit")
-    assert base.fits == (base.peak_bytes <= profile.memory_bytes - base.reserve_bytes)
+    if base.reserved.modelled:
+        assert base.fits == (not base.reserved.out_of_memory)
+    else:
+        assert base.fits == (base.peak_bytes <= profile.memory_bytes - base.reserve_bytes)
 
     # Cheapest way to fit: the least added time among the rows memcalc estimate compares,
     # the strategy its verdict line names

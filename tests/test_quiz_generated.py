@@ -49,7 +49,7 @@ configs = st.fixed_dictionaries(
         "gpu": st.sampled_from(sorted(list_profiles())),
         "batch": st.sampled_from([1, 2, 3, 4, 8, 16]),
         "seq": st.sampled_from([128, 256, 1000, 1024, 2048, 4096, 8192]),
-        "precision": st.sampled_from(list(Precision)),
+        "precision": st.sampled_from([p for p in Precision if not p.is_fsdp_policy]),  # FSDP2 only
         "optimizer": st.sampled_from(list(OptimizerKind)),
         "attention": st.sampled_from(list(Attention)),
         "loss": st.sampled_from(list(Loss)),

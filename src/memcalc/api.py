@@ -102,7 +102,9 @@ def estimate(
             inputs.spec,
             inputs.setup,
             inputs.profiles[0],
-            dataclasses.replace(chosen, mfu=values["mfu"], headroom=inputs.headroom),
+            dataclasses.replace(
+                chosen, mfu=values["mfu"], headroom=inputs.headroom, alloc_conf=inputs.alloc_conf
+            ),
         )
     )
 

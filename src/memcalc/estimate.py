@@ -7,7 +7,11 @@ between phases; the peak comes from a step timeline (``timeline.py``), not a sum
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
+from memcalc.allocator.events import unmodelled
+from memcalc.allocator.reserved import Reserved, reserved_for
+from memcalc.frameworks.features import Checkpointing
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Block, Component, Gemm, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
@@ -17,18 +21,22 @@ from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
 from memcalc.steptime import StepTime, rank_forward_flops, runtime_of, step_of
+from memcalc.strategies.checkpointing import framework_plan
 from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
 from memcalc.strategies.offload import OffloadWhat
 from memcalc.strategies.options import DEFAULT_HEADROOM as DEFAULT_HEADROOM
 from memcalc.strategies.options import DEFAULT_MFU as DEFAULT_MFU
 from memcalc.strategies.options import MIN_MFU as MIN_MFU
-from memcalc.strategies.options import NO_STRATEGY, Options
+from memcalc.strategies.options import NO_STRATEGY
+from memcalc.strategies.options import RESERVED_HEADROOM as RESERVED_HEADROOM
+from memcalc.strategies.options import Options as Options
 from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
-from memcalc.strategies.placement import Placement, gpu_activation_bytes, place
-from memcalc.strategies.recompute import ActivationPlan, plan_for
-from memcalc.strategies.residency import Residency, compose
-from memcalc.strategies.residency.compose import pipeline_retention, tensor_parallel_extras
-from memcalc.strategies.sharding import Sharding
+from memcalc.strategies.placement import Placement, gpu_activation_bytes
+from memcalc.strategies.recompute import ActivationPlan
+from memcalc.strategies.residency import Residency
+from memcalc.strategies.residency.compose import RankInputs, tensor_parallel_extras
+from memcalc.strategies.residency.engines import rank_of
+from memcalc.strategies.sharding import Sharding, sharding_of
 from memcalc.timeline import Moment, RankState, Timeline, gradient_totals, step_timeline
 
 
@@ -79,10 +87,50 @@ class Breakdown:
     """The step's collectives on this rank."""
     time: StepTime | None = None
     """The step's time, by part (the model ``plan`` ranks by)."""
+    graph: OpGraph | None = field(default=None, repr=False, compare=False)
+    """The op graph estimated (the allocator replay reads it)."""
+    device: str = "cuda"
     model_parameter_count: int | None = None
     """Parameters of the whole model under this setup (adapters included), all ranks
     together, when the layout splits them (tp, pp or ep > 1); None: ``params`` is the whole
     model."""
+
+    @cached_property
+    def reserved(self) -> Reserved:
+        """The caching allocator replayed over this step (``allocator.reserved``); computed
+        on first use."""
+        if self.graph is None:
+            return Reserved(self.options.alloc_conf, "no op graph to replay")
+        reserve = int(self.gpu.memory_bytes * self._headroom(modelled=True))
+        return reserved_for(
+            self.graph,
+            self.activation_plan,
+            self.setup,
+            self.params,
+            self.options.alloc_conf,
+            device_memory=self.gpu.memory_bytes,
+            capacity=self.gpu.memory_bytes - reserve - self.overhead_bytes,
+            offloaded=bool(self.options.offload),
+            device=self.device,
+        )
+
+    def _headroom(self, *, modelled: bool) -> float:
+        if self.options.headroom is not None:
+            return self.options.headroom
+        return RESERVED_HEADROOM if modelled else DEFAULT_HEADROOM
+
+    @property
+    def headroom_fraction(self) -> float:
+        """The fraction of GPU memory kept free in the verdict (``Options.headroom``)."""
+        return self._headroom(modelled=self.reserved.modelled)
+
+    @property
+    def reserved_total_bytes(self) -> int:
+        """Reserved memory plus the runtime overhead (what ``nvidia-smi`` shows); the
+        allocated peak plus the overhead when the step is not replayed."""
+        if not self.reserved.modelled:
+            return self.peak_bytes
+        return self.reserved.reserved_peak_bytes + self.overhead_bytes
 
     @property
     def peak_bytes(self) -> int:
@@ -129,7 +177,7 @@ class Breakdown:
     @property
     def reserve_bytes(self) -> int:
         """GPU memory kept free for fragmentation and workspaces (``options.headroom``)."""
-        return int(self.gpu.memory_bytes * self.options.headroom)
+        return int(self.gpu.memory_bytes * self.headroom_fraction)
 
     @property
     def usable_bytes(self) -> int:
@@ -138,8 +186,9 @@ class Breakdown:
 
     @property
     def headroom_bytes(self) -> int:
-        """GPU memory left at the peak (negative: over the device)."""
-        return self.gpu.memory_bytes - self.peak_bytes
+        """GPU memory left at the peak: beside reserved memory and the overhead when the step
+        is replayed, else beside the allocated peak (negative: over the device)."""
+        return self.gpu.memory_bytes - self.reserved_total_bytes
 
     @property
     def ranks_per_node(self) -> int:
@@ -165,8 +214,15 @@ class Breakdown:
 
     @property
     def over_gpu_bytes(self) -> int:
-        """Bytes the peak exceeds the usable GPU memory by (0 when it fits)."""
-        return max(0, self.peak_bytes - self.usable_bytes)
+        """Bytes the peak exceeds the usable GPU memory by (0 when it fits). A replayed step
+        fits when the allocator finishes it within the usable memory, releasing its cache and
+        retrying if it must (``alloc_retries``)."""
+        r = self.reserved
+        if not r.modelled:
+            return max(0, self.peak_bytes - self.usable_bytes)
+        if r.bounded is None or not r.out_of_memory:
+            return 0
+        return max(1, self.reserved_total_bytes - self.usable_bytes)
 
     @property
     def over_host_bytes(self) -> int:
@@ -191,6 +247,7 @@ def estimate(
     *,
     graph: OpGraph | None = None,
     device: str = "cuda",
+    dp_rank: int | None = None,
 ) -> Breakdown:
     """The Breakdown of one training step of a ModelSpec (lowered to its op graph), for the
     most loaded GPU rank; with pipeline parallelism ``stages`` holds every stage's.
@@ -239,6 +296,7 @@ def estimate(
                 stage=st,
                 device=device,
                 embedding=(spec.vocab_size, spec.hidden_size) if st.is_first else None,
+                dp_rank=dp_rank,
             )
         results.append(done[key])
     worst = max(results, key=lambda b: b.peak_bytes)
@@ -313,18 +371,21 @@ def estimate_graph(
     stage: Stage | None = None,
     device: str = "cuda",
     embedding: tuple[int, int] | None = None,
+    dp_rank: int | None = None,
 ) -> Breakdown:
     """The Breakdown of one training step of any op graph (lowered or traced) with its
     parameter tensors' counts, on one rank of ``stage`` (the whole model without pipeline
     parallelism). ``embedding``: the (V, h) embedding table whose rows this rank holds (for
-    DTensor tensor parallelism, whose embedding gradient is the full table)."""
+    DTensor tensor parallelism, whose embedding gradient is the full table). ``dp_rank``: the
+    data-parallel rank to describe, where ranks differ (DeepSpeed ZeRO-1/2's partitions);
+    None: the most loaded."""
     par = setup.parallel
     if stage is None:
         k, later = in_flight(0, par)
         stage = Stage(0, 0, graph, k, later, True, True)
     opt = optimizer_bytes(setup, counts, device)
-    plan = _plan(graph, options)
-    sharding = Sharding(par.shard_ranks, par.zero, par.expert_shard_ranks)
+    plan = _plan(graph, options, setup.framework_def.checkpointing)
+    sharding = sharding_of(par, setup.framework_def)
     extras = tensor_parallel_extras(setup, graph, embedding)
     extra_grad_bytes = extras.embedding_grad_numel * setup.gradient_dtype.itemsize
     gpu_acts = gpu_activation_bytes(
@@ -332,30 +393,25 @@ def estimate_graph(
         graph.prologue_saved_bytes + graph.epilogue_saved_bytes,
         any(o.what is OffloadWhat.activations for o in options.offload),
     )
-    placed = place(
-        counts,
-        setup,
-        opt,
-        sharding,
-        options.offload,
-        gpu,
-        stored_activation_bytes=plan.stored_bytes,
-        kept_activation_bytes=gpu_acts,
-        in_flight=stage.in_flight,
-        microbatches=par.microbatches,
-        extra_grad_bytes=extra_grad_bytes,
-    )
     totals = gradient_totals(graph, counts, setup.gradient_dtype.itemsize, extra_grad_bytes)
-    rank = compose(
-        graph,
-        setup,
-        counts,
-        sharding,
-        totals,
-        pipeline=pipeline_retention(graph, setup, stage),
-        tensor_parallel=extras,
-        grads_resident=placed.grads_resident,
-        grads_cap=placed.gpu_gradient_bytes,
+    placed, rank = rank_of(
+        RankInputs(
+            graph,
+            setup,
+            counts,
+            opt,
+            sharding,
+            options.offload,
+            gpu,
+            stage,
+            extras,
+            totals,
+            plan.stored_bytes,
+            gpu_acts,
+            device,
+            dp_rank,
+            plan,
+        )
     )
     state = RankState(
         placed.gpu_parameter_bytes,
@@ -423,11 +479,15 @@ def estimate_graph(
         step_seconds=(time.compute_seconds + time.recompute_seconds) / par.microbatches,
         activation_plan=plan,
         optimizer_detail=opt,
-        assumptions=_assumptions(setup, gpu, options, notes, opt, counts, sharding, placed, rank),
+        assumptions=_assumptions(
+            setup, gpu, options, notes, opt, counts, sharding, placed, rank, device
+        ),
         buffer_bytes=rank.buffer_bytes,
         stage=stage.label if par.pp > 1 else "",
         transfers=transfers,
         time=time,
+        graph=graph,
+        device=device,
     )
 
 
@@ -441,6 +501,7 @@ def _assumptions(
     sharding: Sharding,
     placed: Placement,
     rank: Residency,
+    device: str,
 ) -> tuple[str, ...]:
     """Every assumption that changes a number, as the report states it."""
     par = setup.parallel
@@ -458,9 +519,7 @@ def _assumptions(
         *notes,
         f"runtime overhead {gpu.runtime_overhead_bytes} bytes from the GPU profile "
         "(context + workspaces)",
-        f"fits = peak at most {1 - options.headroom:.0%} of GPU memory: {options.headroom:.0%} "
-        "kept free for allocator fragmentation (GMLake, Guo et al. 2024: 15% on average with "
-        "the default caching allocator; --headroom)",
+        _verdict_note(setup, options, device),
         "logits are freed after the loss (as HF Trainer does); keeping model outputs alive "
         "adds b*s*V of the activation dtype",
     ]
@@ -483,19 +542,40 @@ def _assumptions(
     return tuple(out)
 
 
+def _verdict_note(setup: TrainingSetup, options: Options, device: str) -> str:
+    """How ``fits`` is judged for this step (the allocator replay, or the allocated peak with
+    a reserve where the replay does not model the layout)."""
+    why = unmodelled(setup, offloaded=bool(options.offload), device=device)
+    if why is None:
+        h = RESERVED_HEADROOM if options.headroom is None else options.headroom
+        return (
+            "fits = reserved memory (torch's CUDA caching allocator replayed over the step's "
+            f"allocations: docs/allocator.md; {options.alloc_conf.describe()}; one stream) "
+            f"plus the runtime overhead within the GPU's memory less {h:.0%} (--headroom); a "
+            "step that needs cache flushes (num_alloc_retries) still fits"
+        )
+    h = DEFAULT_HEADROOM if options.headroom is None else options.headroom
+    return (
+        f"fits = peak at most {1 - h:.0%} of GPU memory: {h:.0%} kept free for allocator "
+        "fragmentation (GMLake, Guo et al. 2024: 15% on average with the default caching "
+        f"allocator; --headroom); reserved memory not replayed: {why}"
+    )
+
+
 _PLANS: dict[tuple[object, ...], tuple[OpGraph, ActivationPlan]] = {}
 
 
-def _plan(graph: OpGraph, options: Options) -> ActivationPlan:
-    """The activation plan of ``graph`` under ``options``' recompute, computed once per graph
-    object (the graph is kept with it, so its id is not reused)."""
-    key = (id(graph), options.recompute, options.every, options.budget_bytes)
+def _plan(graph: OpGraph, options: Options, rule: Checkpointing) -> ActivationPlan:
+    """The activation plan of ``graph`` under ``options``' recompute as the framework's
+    checkpointing modes (``rule``) run it, computed once per graph object (the graph is kept
+    with it, so its id is not reused)."""
+    key = (id(graph), options.recompute, options.every, options.budget_bytes, rule)
     hit = _PLANS.get(key)
     if hit is None or hit[0] is not graph:
         if len(_PLANS) > 2048:
             _PLANS.clear()
-        plan = plan_for(
-            graph, options.recompute, every=options.every, budget_bytes=options.budget_bytes
+        plan = framework_plan(
+            graph, options.recompute, rule, every=options.every, budget_bytes=options.budget_bytes
         )
         hit = _PLANS[key] = (graph, plan)
     return hit[1]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memcalc.graph.layout import LayerLayout
-from memcalc.graph.ops import Block, Component, OpGraph
+from memcalc.graph.ops import Block, Component, OpGraph, saved_bytes
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
 from memcalc.strategies.recompute import ActivationPlan, Recompute, Segments
@@ -61,6 +61,8 @@ class _Step:
     """Elements of the parameters whose gradients exist (this layer's)."""
     incoming: int
     """Bytes of the gradient the layer's backward started from, still alive."""
+    current: int = 0
+    """Elements of the weights whose gradients this op's backward writes (in ``written``)."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,9 @@ class _Walk:
     steps: tuple[_Step, ...]
 
     @classmethod
-    def of(cls, blk: Block, mode: Recompute) -> _Walk:
-        return cls(_undominated(_coarse(blk, mode)))
+    def of(cls, blk: Block, mode: Recompute, prune: bool = True) -> _Walk:
+        steps = _coarse(blk, mode)
+        return cls(_undominated(steps) if prune else tuple(steps))
 
 
 def _undominated(steps: list[_Step]) -> tuple[_Step, ...]:
@@ -139,21 +142,23 @@ def _coarse(blk: Block, mode: Recompute = Recompute.none) -> list[_Step]:
             held += inputs + kept_copy
         written += op.params  # this op's backward writes its weight gradients
         grads = op.grad_bytes - (op.recompute_freed if mode is Recompute.full else 0)
-        steps.append(_Step(held, op.name, grads + residual, written, residual))
+        steps.append(_Step(held, op.name, grads + residual, written, residual, op.params))
     return steps
 
 
-_WALKS: dict[tuple[int, Recompute], tuple[Block, _Walk]] = {}
+_WALKS: dict[tuple[int, Recompute, bool], tuple[Block, _Walk]] = {}
 
 
-def _walk(blk: Block, mode: Recompute = Recompute.none) -> _Walk:
+def _walk(blk: Block, mode: Recompute = Recompute.none, prune: bool = True) -> _Walk:
     """The block's walk, computed once per block object and mode (the planner re-estimates
-    one lowered graph many times)."""
-    hit = _WALKS.get((id(blk), mode))
+    one lowered graph many times); ``prune=False`` keeps every op's step (for a mechanism
+    whose gradient bytes are not monotone in what is written: DeepSpeed's buckets)."""
+    key = (id(blk), mode, prune)
+    hit = _WALKS.get(key)
     if hit is None or hit[0] is not blk:
         if len(_WALKS) > 4096:
             _WALKS.clear()
-        hit = _WALKS[(id(blk), mode)] = (blk, _Walk.of(blk, mode))
+        hit = _WALKS[key] = (blk, _Walk.of(blk, mode, prune))
     return hit[1]
 
 
@@ -309,7 +314,8 @@ class _StepWalk:
         self.block_grads = tuple(b.grad_bytes(self.g) for b in graph.kinds)
 
     def walk_at(self, i: int) -> _Walk:
-        return _walk(self.graph.block(i), layer_mode(self.plan, i))
+        prune = self.rank.gradients.prunes
+        return _walk(self.graph.block(i), layer_mode(self.plan, i), prune)
 
     def loss_moments(self, label: str, acts: int, accumulated: bool, kept: int) -> list[Moment]:
         """The loss's forward (log_softmax) and backward moments."""
@@ -341,6 +347,68 @@ class _StepWalk:
             ),
         ]
 
+    def forward_moments(self, label: str, others: int, accumulated: bool) -> list[Moment]:
+        """Moments of the forward, when the rank's parameter mechanism gathers weights there
+        beyond what its backward holds (DeepSpeed ZeRO-3's prefetch): the embedding's, then
+        each layer's with the activations of the layers before it and its own -- of those the
+        first, the last and the largest are kept."""
+        params = self.rank.params
+        first = params.at_forward(None)
+        if first is None:
+            return []
+        grads, opt = self.rank.gradients.at_loss(accumulated), self.state.optimizer_bytes
+        below = self.graph.prologue_saved_bytes + others
+        layers = []
+        for i in range(self.n):
+            acts = below + self.plan.held_below(i) + self.plan.layer_stored(i)
+            gathered = params.at_forward(i) or 0
+            where = f"{label}block {self.first_layer + i}"
+            layers.append(Moment("forward", where, self.P + gathered, grads, opt, acts, 0, layer=i))
+        kept = (
+            {0, self.n - 1, max(range(self.n), key=lambda i: layers[i].total_bytes)}
+            if self.n
+            else set()
+        )
+        first_moment = Moment("forward", f"{label}embedding", self.P + first, grads, opt, others, 0)
+        return [first_moment, *(layers[i] for i in sorted(kept) if 0 <= i < self.n)]
+
+    def head_moments(self, label: str, others: int, accumulated: bool, kept: int) -> list[Moment]:
+        """Moments of the LM head's backward a mechanism says more about (DeepSpeed's gradient
+        hooks), with every block's activations still held."""
+        norms = saved_bytes([op for op in self.graph.epilogue if op.component is Component.norm])
+        acts = self.graph.prologue_saved_bytes + self.plan.held_below(self.n) + norms + others
+        gathered = self.rank.params.at_loss_backward()
+        return [
+            Moment(
+                "backward",
+                f"{label}{t.where}",
+                self.P + (gathered if t.gathered_bytes is None else t.gathered_bytes),
+                t.gradient_bytes,
+                self.state.optimizer_bytes,
+                acts,
+                t.transient_bytes + kept,
+            )
+            for t in self.rank.gradients.after_loss(accumulated)
+        ]
+
+    def tail_moments(
+        self, label: str, others: int, accumulated: bool, kept: int
+    ) -> tuple[Moment, ...]:
+        """Moments after the last gradient (a mechanism's epilogue: DeepSpeed's reduction of
+        its last bucket)."""
+        return tuple(
+            Moment(
+                "backward",
+                f"{label}{t.where}",
+                self.P + self.rank.params.at_embedding(),
+                t.gradient_bytes,
+                self.state.optimizer_bytes,
+                others,
+                t.transient_bytes + kept,
+            )
+            for t in self.rank.gradients.tail(accumulated)
+        )
+
     def block_moment(self, label: str, i: int, others: int, accumulated: bool, kept: int) -> Moment:
         """Layer ``i``'s worst backward moment."""
         graph, plan, rank = self.graph, self.plan, self.rank
@@ -348,7 +416,7 @@ class _StepWalk:
         received = rank.pipeline.grad_received and i == self.n - 1
         best = (0, "", 0, 0)
         for st in self.walk_at(i).steps:
-            gr = rank.gradients.at_block(i, st.written * self.g, accumulated)
+            gr = rank.gradients.at_block(i, st.written * self.g, accumulated, st.current * self.g)
             transient = st.transient - (st.incoming if received else 0)
             if st.held + transient + gr > best[0] + best[2] + best[3]:
                 best = (st.held, st.name, transient, gr)
@@ -401,10 +469,13 @@ class _StepWalk:
     ) -> tuple[Pass, set[int]]:
         kept, aliased = pipeline
         others -= aliased  # saved inputs that are receive buffers: counted with the buffers
-        head = self.loss_moments(
+        head = self.forward_moments(label, others, accumulated)
+        head += self.loss_moments(
             label, self.state.stored_activation_bytes + others, accumulated, kept
         )
+        head += self.head_moments(label, others, accumulated, kept)
         tail = self.embedding_moments(label, others, accumulated, kept)
+        tail += self.tail_moments(label, others, accumulated, kept)
 
         def block(i: int) -> Moment:
             return self.block_moment(label, i, others, accumulated, kept)

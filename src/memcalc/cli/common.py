@@ -77,10 +77,11 @@ def measured_code(framework: FrameworkName | None, impl: str | None) -> str:
             raise MemcalcError(f"--impl {impl} and --framework {framework.value} disagree")
         framework = name
     chosen = FRAMEWORKS[framework or FrameworkName.reference]
-    if chosen.tensor_parallel is not TensorParallel.dtensor:
+    if chosen.tensor_parallel is TensorParallel.megatron:
         raise MemcalcError(
-            f"--framework: measure runs hf or reference (transformers or memcalc's model with "
-            f"PyTorch's parallelism); {chosen.label} does not run here"
+            f"--framework: measure runs hf, reference (transformers or memcalc's model with "
+            f"PyTorch's parallelism), torchtitan or torchtitan-0.2.2; {chosen.label} does not "
+            "run here"
         )
     return chosen.model_code.value
 

@@ -22,6 +22,7 @@ Examples:
   memcalc estimate --model llama-3-8b --gpu 4090 --seq 2048 --lora-rank 16 --quantize nf4
   memcalc estimate --model path/to/config.json --format json
   memcalc estimate --model llama-3-8b --seq 8192 --wide --plot strategies.svg
+  memcalc estimate --model llama-2-7b --seq 4096 --dp 8 --zero 3 --zero-engine deepspeed
 """
 
 
@@ -70,9 +71,8 @@ def strategy_runner(inputs: Inputs, mfu: float) -> Callable[[Options], Breakdown
 
     def run(o: Options) -> Breakdown:
         profile = inputs.profiles[0]
-        return estimate(
-            inputs.spec, inputs.setup, profile, replace(o, mfu=mfu, headroom=inputs.headroom)
-        )
+        chosen = replace(o, mfu=mfu, headroom=inputs.headroom, alloc_conf=inputs.alloc_conf)
+        return estimate(inputs.spec, inputs.setup, profile, chosen)
 
     return run
 

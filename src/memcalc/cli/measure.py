@@ -20,7 +20,13 @@ from memcalc.errors import MemcalcError
 from memcalc.inputs import catalog
 from memcalc.inputs.catalog import LAYOUT_FIELDS, by_name
 from memcalc.inputs.flags import bounded, choice_of, number, optional
-from memcalc.inputs.read import FINETUNE_KEYS, finetune_fields, framework_field, layout_fields
+from memcalc.inputs.read import (
+    FINETUNE_KEYS,
+    engine_fields,
+    finetune_fields,
+    framework_field,
+    layout_fields,
+)
 from memcalc.install_hints import torch_missing
 from memcalc.measure.limits import BATCH_MAX, SEED_MAX
 from memcalc.spec.training import Precision
@@ -33,6 +39,11 @@ MEASURE_SETUP = (
     SETUP["batch"].with_default(1, parse=bounded(1, BATCH_MAX)),
     SETUP["seq"].with_default(512, parse=bounded(1, BATCH_MAX)),
     SETUP["precision"].with_default(Precision.fp32),
+    SETUP["grad_dtype"].with_default(
+        None,
+        help="Gradient accumulation dtype under -mixed (DeepSpeed's data_types.grad_accum_dtype; "
+        "--zero-engine deepspeed only).",
+    ),
     SETUP["optimizer"],
     SETUP["attention"],
     SETUP["dropout"].with_default(None, parse=optional(number(-1e308, 1e308))),
@@ -51,6 +62,8 @@ Examples:
   memcalc measure --model tests/data/hf/tiny/mistral.json --framework hf --lora-rank 8
   memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --zero 3 --dp 2
   memcalc measure --model tests/data/tiny-llama.toml --batch 2 --seq 32 --nproc 2 --tp 2
+  memcalc measure --model tests/data/deepspeed/tiny-b.toml --framework hf --batch 2 --seq 32
+      --nproc 2 --dp 2 --zero 2 --zero-engine deepspeed --precision bf16-mixed
 """
 
 
@@ -113,6 +126,7 @@ Examples:
     help="Seconds a --nproc run may take (default 600).",
 )
 @layout_options
+@options(catalog.ENGINE)
 def measure_command(**values: Any) -> None:
     """Run one warm-up and one measured training step; print estimate vs measured.
 
@@ -130,12 +144,23 @@ def measure_command(**values: Any) -> None:
     finetune = finetune_fields(values)
     for key in FINETUNE_KEYS:
         values.pop(key)
-    layout = layout_fields(values)
-    for key in (*LAYOUT_FIELDS, "dp_gpus"):
+    layout = layout_fields(values) | engine_fields(values)
+    if values["grad_dtype"] is not None:
+        if "zero_engine" not in layout:
+            raise MemcalcError(
+                "--grad-dtype: measured under --zero-engine deepspeed only (torch's runs keep "
+                "fp32 main gradients under -mixed)"
+            )
+        layout["grad_dtype"] = values["grad_dtype"].value
+    values.pop("grad_dtype")
+    for key in (*LAYOUT_FIELDS, "dp_gpus", "zero_engine", "ds"):
         values.pop(key, None)
     said: list[str] = []
-    values["impl"] = measured_code(framework_field(values, said), values["impl"])
+    chosen = framework_field(values, said)
+    values["impl"] = measured_code(chosen, values["impl"])
     say(tuple(said))
+    if values["impl"] == "torchtitan":
+        layout["framework"] = chosen  # its model code, checkpointing and FSDP2 groups
     values.pop("framework")
     values.pop("parallel_impl")
     from memcalc.measure.progress import interrupted

@@ -13,7 +13,8 @@ field).
 ...     "offload_optimizer": {"device": "cpu"}}, "bf16": {"enabled": True}}))
 >>> c = read_configs([path])
 >>> c.sources[0][0], c.options
-('DeepSpeed config', {'precision': 'bf16-mixed', 'zero': 3, 'offload': ['optimizer=cpu']})
+('DeepSpeed config', {'precision': 'bf16-mixed', 'zero': 3, 'offload': ['optimizer=cpu'], \
+'zero_engine': 'deepspeed'})
 """
 
 from __future__ import annotations

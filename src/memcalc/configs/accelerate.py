@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memcalc.configs.base import ConfigFile, Fields
-from memcalc.configs.deepspeed import OFFLOAD_DEVICES, read_deepspeed
+from memcalc.configs.deepspeed import OFFLOAD_DEVICES, read_deepspeed, run_under_deepspeed
 from memcalc.configs.hf_trainer import read_fsdp_options
 
 KIND = "accelerate config"
@@ -137,6 +137,7 @@ def _deepspeed(ds: Fields, f: Fields) -> None:
         ds.unmodelled("offload_param_device", "'nvme': memcalc offloads parameters to cpu")
         where = "cpu"
     ds.offload("params", where)
+    run_under_deepspeed(f, list(f.result.options.get("ds", ())))
     ds.unknown(
         {"deepspeed_config_file", "zero_stage", "gradient_accumulation_steps"}
         | {"offload_optimizer_device", "offload_param_device"}

@@ -12,6 +12,9 @@ SEARCHED_BY_PLAN = frozenset(
     | {"shard_size"}
 )
 
+ENGINE_KEYS = frozenset({"zero_engine", "ds"})
+"""A DeepSpeed config's engine: plan's bounds are torch's placement (it has no --zero-engine)."""
+
 
 def merge_options(
     values: Mapping[str, Any],
@@ -35,6 +38,14 @@ def merge_options(
 
 def unused_note(unused: Mapping[str, Any], command: str) -> str | None:
     """One line for the options a command has no flag for."""
+    if command == "plan" and ENGINE_KEYS & set(unused):
+        engine = {k: v for k, v in unused.items() if k in ENGINE_KEYS}
+        rest = unused_note({k: v for k, v in unused.items() if k not in ENGINE_KEYS}, command)
+        shown = ", ".join(f"{k} {v!r}" for k, v in engine.items())
+        said = (
+            f"--config: plan places ZeRO as torch does, so the file's engine is not used: {shown}"
+        )
+        return said if rest is None else f"{rest}; {said}"
     if not unused:
         return None
     shown = ", ".join(f"{k} {v!r}" for k, v in unused.items())

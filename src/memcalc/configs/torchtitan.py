@@ -2,13 +2,14 @@
 ``torchtitan/config/job_config.py``: ``[model]``, ``[training]``, ``[parallelism]``,
 ``[activation_checkpoint]``, ``[optimizer]``, ``[compile]``).
 
-The model is the preset of the same sizes (``[model] name`` and ``flavor``); torchtitan runs its
-own model code, which saves other tensors than the HF implementation memcalc models -- said in
-a warning. ``data_parallel_shard_degree`` > 1 is FSDP2 (ZeRO-3), with
-``data_parallel_replicate_degree`` HSDP; its default -1 takes every GPU torchrun starts, which
-the file does not say. FSDP2's ``MixedPrecisionPolicy`` (bf16 compute over fp32 sharded
-parameters, ``mixed_precision_param``) is read as ``amp-bf16``; ``training.dtype = "bfloat16"``
-trains in bf16 throughout.
+The model is the preset of the same sizes (``[model] name`` and ``flavor``). Llama 3 and Qwen3
+run under ``--framework torchtitan-0.2.2`` (the release whose ``JobConfig`` this format is): its
+model code, op-level and layer-level selective checkpointing and FSDP2 grouping; other models
+(DeepSeek-V3) are estimated with the HF implementation of their sizes, said in a warning.
+``data_parallel_shard_degree`` > 1 is FSDP2 (ZeRO-3), with ``data_parallel_replicate_degree``
+HSDP; its default -1 takes every GPU torchrun starts, which the file does not say. FSDP2's
+``MixedPrecisionPolicy`` (``mixed_precision_param`` / ``mixed_precision_reduce``) is the
+``fsdp-bf16`` recipe; ``training.dtype = "bfloat16"`` trains in bf16 throughout.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from typing import Any
 from memcalc.configs.base import ConfigFile, Fields
 
 KIND = "torchtitan config"
+FRAMEWORK = "torchtitan-0.2.2"
+"""The framework of a TOML job config (0.3 reads Python configs)."""
+MODEL_CODE = {"llama3", "qwen3"}
+"""The ``[model] name``s memcalc lowers with torchtitan's code (frameworks/torchtitan.py)."""
 
 FLAVORS: dict[str, dict[str, str]] = {
     # [model] name -> flavor -> the preset of those sizes (torchtitan/models/*/__init__.py)
@@ -67,10 +72,10 @@ SILENT_TABLES = {
 def read_torchtitan(data: Mapping[str, Any], path: Path) -> ConfigFile:
     result = ConfigFile(KIND, path)
     f = Fields(data, result)
-    _model(f.table("model"))
+    own_code = _model(f.table("model"))
     training = f.table("training")
     _parallelism(f.table("parallelism"), training)
-    _recompute(f.table("activation_checkpoint"))
+    _recompute(f.table("activation_checkpoint"), own_code)
     opt = f.table("optimizer")
     opt.set("optimizer", opt.choice("name", OPTIMIZERS))
     implementation = opt.text("implementation")
@@ -91,10 +96,14 @@ def read_torchtitan(data: Mapping[str, Any], path: Path) -> ConfigFile:
     return result
 
 
-def _model(m: Fields) -> None:
+def _model(m: Fields) -> bool:
+    """Set the preset (and torchtitan's framework where memcalc has its model code); whether
+    it has."""
     name, flavor = m.text("name"), m.text("flavor")
+    if m.names("converters"):
+        m.unmodelled("converters", "model converters (float8, ...) are not modelled")
     if name is None:
-        return
+        return False
     preset = FLAVORS.get(name, {}).get(flavor or "")
     if preset is None:
         m.unmodelled(
@@ -103,15 +112,17 @@ def _model(m: Fields) -> None:
             + "; ".join(f"{n} {', '.join(v)}" for n, v in FLAVORS.items())
             + "); pass --model",
         )
-        return
+        return False
     m.set("model", preset)
+    if name in MODEL_CODE:
+        m.set("framework", FRAMEWORK)
+        return True
     m.unmodelled(
         "name",
         f"{name!r}: torchtitan runs its own model code; memcalc estimates the HF "
         f"implementation of the same sizes ({preset})",
     )
-    if m.names("converters"):
-        m.unmodelled("converters", "model converters (float8, ...) are not modelled")
+    return False
 
 
 def _parallelism(p: Fields, t: Fields) -> None:
@@ -158,32 +169,40 @@ def _parallelism(p: Fields, t: Fields) -> None:
     if t.text("dtype") == "bfloat16":
         t.set("precision", "bf16")
     elif t.text("mixed_precision_param") == "bfloat16" and shard != 1:
-        t.set("precision", "amp-bf16")
-        t.unmodelled(
-            "mixed_precision_param",
-            "'bfloat16': FSDP2's MixedPrecisionPolicy (fp32 sharded parameters, bf16 compute) "
-            "read as amp-bf16",
-        )
+        # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=mixed_precision_reduce)
+        t.set("precision", "fsdp-bf16")
+        if t.text("mixed_precision_reduce") not in (None, "float32"):
+            t.unmodelled("mixed_precision_reduce", "only float32 reduce-scatters are modelled")
     if t.flag("enable_cpu_offload"):
         t.offload("params", "cpu")
         t.offload("optimizer", "cpu")  # FSDP2 CPUOffloadPolicy: the optimizer steps on the host
 
 
-def _recompute(ac: Fields) -> None:
-    mode = ac.text("mode")
+def _recompute(ac: Fields, own_code: bool) -> None:
+    """``[activation_checkpoint]``: under torchtitan's framework its modes as it runs them
+    (T22 distributed/activation_checkpoint.py: ``selective_ac_option`` "op" is op-level SAC, a
+    number N wraps every N-th block; the defaults are mode "selective", option "2")."""
+    mode = ac.text("mode") or ("selective" if own_code else None)
+    option = str(ac.raw("selective_ac_option") or "2")
     if mode is None:
         ac.unmodelled(
             "mode",
             "not set: torchtitan's default is 'selective' (every second layer checkpointed), "
-            "which is not modelled; pass --recompute",
+            "which is not modelled for this model; pass --recompute",
         )
     elif mode in ("none", "full"):
         ac.set("recompute", mode)
+    elif mode == "selective" and own_code and option == "op":
+        ac.set("recompute", "selective")
+    elif mode == "selective" and own_code and option.isdigit() and int(option) > 0:
+        ac.set("recompute", "every-k")
+        ac.set("every", int(option))
     elif mode == "selective":
         ac.unmodelled(
             "mode",
-            f"'selective' (selective_ac_option {ac.raw('selective_ac_option')!r}): torchtitan's "
-            "per-op / every-n-layers checkpointing is not modelled; pass --recompute",
+            f"'selective' (selective_ac_option {option!r}): torchtitan's per-op / "
+            "every-n-layers checkpointing is modelled only for its own model code (llama3, "
+            "qwen3); pass --recompute",
         )
     elif mode == "memory_budget":
         ac.unmodelled("mode", "'memory_budget': pass --recompute budget --budget SIZE")

@@ -14,6 +14,14 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memcalc.errors import one_of
+from memcalc.frameworks import torchtitan
+from memcalc.frameworks.features import (
+    HF_CODE,
+    MEMCALC_CHECKPOINTING,
+    Checkpointing,
+    FsdpGroups,
+    LayerCode,
+)
 
 
 class TensorParallel(str, Enum):
@@ -29,11 +37,18 @@ class TensorParallel(str, Enum):
     vocab-parallel embedding's gradient comes back replicated (V x h on every rank);
     ``loss_parallel`` keeps one more b*s*V/t fp32 tensor in forward and backward."""
 
+    torchtitan = "torchtitan"
+    """torchtitan's own plan (0.3: ``models/common/decoder_sharding.py``; 0.2.2:
+    ``apply_tp``) over DTensor: the DTensor rules, except that its vocab-parallel
+    ``Embedding`` masks a local lookup (its gradient is the rank's rows, saving int64 local ids
+    and a mask) and its loss is ``_LossParallelCrossEntropy`` (0.3, ``components/loss.py``:
+    saves the fp32 log-probabilities of the rank's vocabulary shard)."""
+
     @property
     def saves_gathered_input(self) -> bool:
         """Under sequence parallelism a column-parallel projection saves its all-gathered
         input (else its sequence shard)."""
-        return self is TensorParallel.dtensor
+        return self is not TensorParallel.megatron
 
 
 class PipelineRuntime(str, Enum):
@@ -56,6 +71,46 @@ class ModelCode(str, Enum):
     readable file."""
     hf = "hf"
     """Hugging Face transformers' modeling files."""
+    torchtitan = "torchtitan"
+    """torchtitan's own models and ``parallelize_*`` functions (``measure/torchtitan/``)."""
+
+
+class ShardingEngine(str, Enum):
+    """What implements data parallelism and ZeRO sharding (``--zero-engine``). The residency
+    rules of each are in ``strategies/residency/`` (``compose.ENGINES``)."""
+
+    torch = "torch"
+    """PyTorch's own: DDP's buckets without ZeRO, ZeRO-1/2 as the ZeRO paper's 1/N shares,
+    FSDP2 at ZeRO-3 (what ``memcalc measure --nproc`` runs with torch)."""
+    deepspeed = "deepspeed"
+    """DeepSpeed's ZeRO engine (``deepspeed/runtime/zero/``): the flat padded 16-bit buffer and
+    fp32 master partition of ZeRO-1/2, per-parameter partitions, persistent parameters and the
+    parameter coordinator of ZeRO-3, its gradient buckets and offload buffers
+    (``strategies/residency/deepspeed/``)."""
+
+    @property
+    def builds_ops(self) -> bool:
+        """Its run compiles C++ ops on first use (DeepSpeed's JIT op builder)."""
+        return self is ShardingEngine.deepspeed
+
+    @property
+    def ranks_differ(self) -> bool:
+        """Its data-parallel ranks hold different bytes (DeepSpeed ZeRO-1/2: each rank's
+        partition boundary cuts other tensors)."""
+        return self is ShardingEngine.deepspeed
+
+    @property
+    def offloads_to_nvme(self) -> bool:
+        """memcalc models this engine's optimizer offload to NVMe (not DeepSpeed's swapper)."""
+        return self is ShardingEngine.torch
+
+    @property
+    def grads_in_model_dtype(self) -> bool:
+        """Gradients are reduced and accumulated in the model's dtype unless asked otherwise
+        (DeepSpeed: ``data_types.grad_accum_dtype`` defaults to the model dtype,
+        ``runtime/engine.py`` ``get_data_types``); torch's -mixed recipes keep fp32 main
+        gradients by default."""
+        return self is ShardingEngine.deepspeed
 
 
 class FrameworkName(str, Enum):
@@ -71,6 +126,13 @@ class FrameworkName(str, Enum):
     reference = "reference"
     """memcalc's own reference model with PyTorch's parallelism (``memcalc measure``'s
     default): the same saved tensors as hf."""
+    torchtitan = "torchtitan"
+    """torchtitan 0.3.0 (``frameworks/torchtitan.py``): its Llama 3 / Qwen3 code (fused wqkv,
+    ``nn.RMSNorm``, complex RoPE from a cache), op-level selective checkpointing, FSDP2 over
+    dp x cp with its MixedPrecisionPolicy, its tensor-parallel plan and loss."""
+    torchtitan_0_2_2 = "torchtitan-0.2.2"
+    """torchtitan 0.2.2: separate wq / wk / wv, its op-SAC save list, layer-level SAC
+    (``--recompute every-k``), TOML job configs."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +143,33 @@ class Framework:
     tensor_parallel: TensorParallel
     pipeline: PipelineRuntime
     model_code: ModelCode
+    layer_code: LayerCode = HF_CODE
+    """How its model code writes the ops (the lowering's overrides of HF's)."""
+    checkpointing: Checkpointing = MEMCALC_CHECKPOINTING
+    """What its activation-checkpointing modes do."""
+    fsdp_groups: FsdpGroups = FsdpGroups.root
+    """How its FSDP2 wrapping groups the parameters."""
+    always_fsdp: bool = False
+    """Data parallelism is always FSDP2 (ZeRO-3), applied even on one GPU so that its
+    MixedPrecisionPolicy holds (torchtitan 0.3 ``parallelize_llama``)."""
+    fsdp_data_parallel: bool = False
+    """Data parallelism is FSDP2 (``--dp`` is torchtitan's ``data_parallel_shard_degree``):
+    ZeRO-3 whatever ``--zero`` says (which may only be 0 or 3)."""
+    shards_over_cp: bool = False
+    """FSDP shards the states over dp x cp (torchtitan ``ParallelDims``: ``fsdp = dp_shard *
+    cp``), not over dp alone."""
+    grads_kept: bool = False
+    """Gradients stay allocated from step to step (``zero_grad(set_to_none=False)``: torchtitan
+    0.3 with CUDA graphs on, its default); otherwise they appear during backward."""
+    version: str = ""
+    """The release whose source the rules are read from."""
+    defaults: tuple[tuple[str, object], ...] = ()
+    """The framework's own defaults, as (TrainingSetup field, value): what a command uses for
+    an option the user did not give (said on stderr)."""
+    unsharded_precision: str | None = None
+    """The precision default when FSDP2 is not applied (one rank), if not ``defaults``'."""
+    sharding: ShardingEngine = ShardingEngine.torch
+    """The framework's own data-parallel / ZeRO engine (``--zero-engine`` chooses another)."""
 
     @property
     def label(self) -> str:
@@ -96,6 +185,35 @@ FRAMEWORKS = {
     ),
     FrameworkName.reference: Framework(
         FrameworkName.reference, TensorParallel.dtensor, PipelineRuntime.torch, ModelCode.ours
+    ),
+    FrameworkName.torchtitan: Framework(
+        FrameworkName.torchtitan,
+        TensorParallel.torchtitan,
+        PipelineRuntime.torch,
+        ModelCode.torchtitan,
+        layer_code=torchtitan.T30_CODE,
+        checkpointing=torchtitan.T30_CHECKPOINTING,
+        fsdp_groups=FsdpGroups.torchtitan,
+        always_fsdp=True,
+        fsdp_data_parallel=True,
+        shards_over_cp=True,
+        grads_kept=True,
+        version="0.3.0",
+        defaults=torchtitan.T30_DEFAULTS,
+    ),
+    FrameworkName.torchtitan_0_2_2: Framework(
+        FrameworkName.torchtitan_0_2_2,
+        TensorParallel.torchtitan,
+        PipelineRuntime.torch,
+        ModelCode.torchtitan,
+        layer_code=torchtitan.T22_CODE,
+        checkpointing=torchtitan.T22_CHECKPOINTING,
+        fsdp_groups=FsdpGroups.torchtitan,
+        fsdp_data_parallel=True,
+        shards_over_cp=True,
+        version="0.2.2",
+        defaults=torchtitan.T22_DEFAULTS,
+        unsharded_precision="amp-bf16",
     ),
 }
 """Every framework, by name."""
@@ -113,6 +231,18 @@ def framework(name: FrameworkName | str) -> Framework:
         raise one_of("--framework", name, [f.value for f in FrameworkName]) from None
 
 
+def sharding_engine(name: ShardingEngine | str) -> ShardingEngine:
+    """The sharding engine called ``name`` (any case).
+
+    >>> sharding_engine("DeepSpeed").value
+    'deepspeed'
+    """
+    try:
+        return ShardingEngine(str(getattr(name, "value", name)).lower())
+    except ValueError:
+        raise one_of("--zero-engine", name, [e.value for e in ShardingEngine]) from None
+
+
 def default_framework(tp: int, pp: int) -> Framework:
     """The framework of a setup that names none: Megatron-LM for a tensor- or
     pipeline-parallel layout (what runs most of them), HF otherwise (without tp and pp the two
@@ -125,6 +255,7 @@ PARALLEL_IMPL_FRAMEWORKS = {"megatron": FrameworkName.megatron, "torch": Framewo
 PARALLEL_IMPL_OF = {
     TensorParallel.megatron: "megatron",
     TensorParallel.dtensor: "torch",
+    TensorParallel.torchtitan: "torch",
 }
 """The ``parallel_impl`` a framework's tensor parallelism reports in JSON (the key's old
 values)."""

@@ -11,7 +11,10 @@ depth.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from memcalc.errors import MemcalcError
+from memcalc.frameworks.features import RotaryCache
 from memcalc.graph.blocks.attention import sliding_mask
 from memcalc.graph.blocks.block import decoder_block
 from memcalc.graph.blocks.embedding import embeddings, rotary_tables
@@ -38,6 +41,45 @@ def _scope(setup: TrainingSetup, finetune: FineTune | None = None) -> Scope:
         finetune=finetune,
         gathered_inputs=par.sequence_parallel
         and setup.framework_def.tensor_parallel.saves_gathered_input,
+    )
+
+
+def implementation(spec: ModelSpec, setup: TrainingSetup) -> Implementation:
+    """The family's implementation as the setup's framework writes it: HF's own, or with the
+    framework's model-code overrides (``Framework.layer_code``); a family the framework has no
+    model for is refused."""
+    impl = family_of(spec).impl
+    fw = setup.framework_def
+    code = fw.layer_code
+    if code.families is None:
+        return impl
+    family = spec.family.value
+    if family not in code.families:
+        raise MemcalcError(
+            f"--framework {fw.label}: it has no model for the {family} family; it runs: "
+            f"{', '.join(code.families)} ({code.source})"
+        )
+    return replace(impl, **code.overrides_for(family))
+
+
+BLOCK_SIZE = 128
+"""FlexAttention's default block size (``torch/nn/attention/flex_attention.py``
+``_DEFAULT_SPARSE_BLOCK_SIZE``)."""
+
+
+def _block_mask(sc: Scope, dims: Dims) -> None:
+    """FlexAttention's ``BlockMask`` (torchtitan ``get_attention_masks``, once per step, read by
+    every layer's ``flex_attention``, which saves its tensors): ``kv_num_blocks`` and
+    ``q_num_blocks`` (b x 1 x n int32, n = ceil(s / 128)), ``kv_indices`` and ``q_indices``
+    (b x 1 x n x n int32), and the same four for the full blocks."""
+    n = -(-dims.s // BLOCK_SIZE)
+    numel = 4 * dims.b * n + 4 * dims.b * n * n
+    sc.add(
+        "flex_block_mask",
+        Component.attention,
+        [Saved("flex.block_mask", numel, DType.int32)],
+        0,
+        "create_block_mask: BlockMask tensors saved by every layer's flex_attention",
     )
 
 
@@ -164,6 +206,7 @@ def lowering_key(spec: ModelSpec, setup: TrainingSetup, device: str) -> tuple[ob
         par.tp,
         par.sequence_parallel,
         setup.framework_def.tensor_parallel if par.tp > 1 else None,
+        setup.framework_def.layer_code,
         par.cp,
         par.ep,
         setup.moe_imbalance,
@@ -188,7 +231,7 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     """
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
-    impl = family_of(spec).impl
+    impl = implementation(spec, setup)
     if setup.attention is Attention.sdpa and impl.sdpa_refused:
         raise MemcalcError(
             f"--attention sdpa: the HF {spec.family.value} implementation has no SDPA attention "
@@ -233,7 +276,9 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     present = list(dict.fromkeys(t for (t, _), n in zip(types, counts, strict=True) if n))
     pro = Scope(finetune=ft)
     embeddings(pro, spec, impl, dims, output_grad=first_grad)
-    if spec.positions is Positions.rotary:
+    if setup.attention is Attention.flex:
+        _block_mask(pro, dims)
+    if spec.positions is Positions.rotary and impl.rotary_tables_saved:
         spans = {t.is_sliding for t in present} if impl.rotary_per_span else {False}
         table = DType.fp32 if impl.rotary_tables_fp32 else dims.r
         rotary_tables(
@@ -298,6 +343,8 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)
     if spec.moe is not None and spec.moe.aux_loss and spec.moe_layers:
         transient += aux_loss(epi, spec, impl, dims)
+    cache = _rotary_cache_bytes(spec, impl, dims, setup.seq)
+    per_layer = impl.rotary_cache is RotaryCache.per_layer
     return OpGraph(
         tuple(pro.ops),
         tuple(kinds),
@@ -307,4 +354,29 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
         logits,
         transient,
         tuple(span_inputs),
+        param_order=tuple(registration_order(blk, impl.module_order) for blk in kinds),
+        buffer_bytes_per_layer=cache if per_layer else 0,
+        buffer_bytes_shared=0 if per_layer else cache,
     )
+
+
+def _rotary_cache_bytes(spec: ModelSpec, impl: Implementation, dims: Dims, seq: int) -> int:
+    """A rotary cache buffer of ``seq`` positions: complex64 of width d/2 (8 bytes an
+    element), or fp32 cos | sin of width 2d."""
+    if impl.rotary_cache is RotaryCache.none or spec.positions is not Positions.rotary:
+        return 0
+    return seq * (dims.d // 2 * 8 if impl.complex_rotary else 2 * dims.d * 4)
+
+
+def registration_order(blk: Block, module_order: tuple[str, ...]) -> tuple[str, ...]:
+    """The block's weight names in ``model.parameters()`` order: each takes the place of the
+    first of the family's ``module_order`` prefixes it starts with (forward order among equals,
+    and for a family that lists none)."""
+    names = [w.name for op in blk.ops for w in op.weights]
+
+    def rank(name: str) -> int:
+        return next(
+            (j for j, p in enumerate(module_order) if name.startswith(p)), len(module_order)
+        )
+
+    return tuple(sorted(names, key=rank)) if module_order else tuple(names)

@@ -167,6 +167,12 @@ class Op:
     work: Gemm | AttentionWork | None = None
     """The matmul or fused attention kernel this op runs (None: an elementwise / reduction op,
     bound by memory traffic) -- what the step-time model rates."""
+    kernel: str = ""
+    """The aten kernel this op is, where a save-list policy tells kernels apart (a
+    ``memcalc.frameworks.features.Kernel`` value: mm, sdpa, ...; "" for the others)."""
+    outputs: tuple[Saved, ...] = ()
+    """What the op returns, where a policy keeps op outputs (op-level selective
+    checkpointing caches them); empty for ops no such policy saves."""
 
 
 def unique_saved(ops: tuple[Op, ...] | list[Op]) -> dict[str, Saved]:
@@ -331,8 +337,24 @@ class OpGraph:
     loss_transient: tuple[Saved, ...] = field(default=())
     """Tensors that exist only around the loss (fp32 copy of logits, their gradients)."""
     span_inputs: tuple[SpanInput, ...] = field(default=())
+    buffer_bytes_per_layer: int = 0
+    """Module buffers each layer keeps on the device for the whole step (torchtitan 0.3's
+    per-attention RoPE cache)."""
+    buffer_bytes_shared: int = 0
+    """Module buffers of the whole model (torchtitan 0.2.2's ``freqs_cis``)."""
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Module buffers on the device for the whole step."""
+        return self.buffer_bytes_shared + self.buffer_bytes_per_layer * self.num_layers
+
     """Tensors of the prologue or ``checkpoint_extra_inputs`` that only the layers of some
     kinds read (one attention span's mask or rotary tables, when the model has two spans)."""
+    param_order: tuple[tuple[str, ...], ...] = field(default=())
+    """Per block kind, its weights' names in the order the framework's module registers them
+    (``model.parameters()``: HF's Llama layer registers its attention and MLP before its
+    norms); empty: the ops' forward order. What a flat parameter buffer follows (DeepSpeed
+    ZeRO-1/2's partitions)."""
 
     @classmethod
     def from_layers(

@@ -96,10 +96,13 @@ class Scope:
         params: int = 0,
         weights: tuple[ParamTensor, ...] = (),
         work: Gemm | AttentionWork | None = None,
+        kernel: str = "",
+        outputs: tuple[Saved, ...] = (),
     ) -> None:
         """Append an op; ``grads`` = bytes of its output gradient + its input gradients,
         ``params`` = elements of the weights whose gradients its backward writes, ``weights``
-        = the parameter tensors it owns, ``work`` = the matmul or attention kernel it runs."""
+        = the parameter tensors it owns, ``work`` = the matmul or attention kernel it runs,
+        ``kernel`` / ``outputs`` what a save-list policy reads (``Op.kernel``, ``Op.outputs``)."""
         self.ops.append(
             Op(
                 name,
@@ -112,6 +115,8 @@ class Scope:
                 params,
                 weights,
                 work=work,
+                kernel=kernel,
+                outputs=outputs,
             )
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from memcalc.frameworks import PARALLEL_IMPL_FRAMEWORKS, FrameworkName
+from memcalc.frameworks import PARALLEL_IMPL_FRAMEWORKS, FrameworkName, ShardingEngine
 from memcalc.inputs.flags import (
     Flag,
     boolean,
@@ -104,8 +104,21 @@ FIT = (
         "headroom",
         ("--headroom",),
         optional_text,
-        "10%",
-        "GPU memory kept free for allocator fragmentation (e.g. 10% or 0.1).",
+        "auto",
+        "GPU memory kept free beyond what the step needs (e.g. 10% or 0.1); auto: 0 where the "
+        "caching allocator's reserved memory is replayed, 10% (for fragmentation) where it is "
+        "not.",
+    ),
+    Flag(
+        "alloc_conf",
+        ("--alloc-conf",),
+        optional_text,
+        None,
+        "torch's caching allocator settings in PYTORCH_CUDA_ALLOC_CONF syntax (e.g. "
+        "expandable_segments:True,max_split_size_mb:128); default: that variable's value "
+        "when set.",
+        metavar="CONF",
+        show_default=False,
     ),
     Flag(
         "host_memory",
@@ -233,8 +246,9 @@ LAYOUT = (
         optional(choice_of(FrameworkName)),
         None,
         "Whose code runs the step: hf (transformers with DDP / FSDP2, DTensor, "
-        "torch.distributed.pipelining), megatron (Megatron-LM's parallel runtime) or reference "
-        "(memcalc's own model); default megatron with --tp / --pp, else hf.",
+        "torch.distributed.pipelining), megatron (Megatron-LM's parallel runtime), reference "
+        "(memcalc's own model), torchtitan (0.3.0) or torchtitan-0.2.2 (its model code, "
+        "op-level SAC, FSDP2 over dp x cp); default megatron with --tp / --pp, else hf.",
     ),
     Flag(
         "parallel_impl",
@@ -245,6 +259,30 @@ LAYOUT = (
         hidden=True,
     ),
 )
+ENGINE = (
+    Flag(
+        "zero_engine",
+        ("--zero-engine",),
+        optional(choice_of(ShardingEngine)),
+        None,
+        "What implements data parallelism and ZeRO: torch (DDP / FSDP2, the default) or "
+        "deepspeed (DeepSpeed's ZeRO engine: its flat buffers, buckets, ZeRO-3 coordinator and "
+        "offload; needs --zero 1, 2 or 3). A DeepSpeed --config with a ZeRO stage sets it.",
+    ),
+    Flag(
+        "ds",
+        ("--ds",),
+        text,
+        (),
+        "A DeepSpeed zero_optimization setting under --zero-engine deepspeed, by its JSON "
+        "name (reduce_bucket_size=1e5, overlap_comm=true, stage3_max_reuse_distance=0, "
+        "torch_adam=true, ...); repeatable. Default: DeepSpeed's.",
+        multiple=True,
+        show_default=False,
+        metavar="KEY=VALUE",
+    ),
+)
+"""The sharding engine and DeepSpeed's settings (``spec/deepspeed.py``)."""
 FINETUNE = (
     Flag(
         "lora_rank",
@@ -351,6 +389,7 @@ ESTIMATE = (
     GPU_MEMORY,
     *SETUP,
     *LAYOUT,
+    *ENGINE,
     *FINETUNE,
     *ROUTING,
     *STRATEGY,

@@ -14,19 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from memcalc.alloc_conf import DEFAULT as DEFAULT_ALLOC_CONF
+from memcalc.alloc_conf import AllocConf, alloc_conf_from_env, parse_alloc_conf
 from memcalc.errors import MemcalcError
 from memcalc.frameworks import PARALLEL_IMPL_FRAMEWORKS, FrameworkName
 from memcalc.inputs.catalog import LAYOUT_FIELDS
 from memcalc.inputs.flags import Flag
+from memcalc.inputs.framework_defaults import framework_defaults
 from memcalc.profiles import GpuProfile, adhoc_profile, load_profile
 from memcalc.spec.compat import check, fallbacks
+from memcalc.spec.deepspeed import parse_settings
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
-from memcalc.strategies.options import DEFAULT_HEADROOM, Options
+from memcalc.strategies.options import Options
 from memcalc.strategies.selection import chosen_options
 from memcalc.units import parse_size
 from memcalc.validate import FieldError
@@ -39,9 +43,12 @@ class Inputs:
     spec: ModelSpec
     profiles: tuple[GpuProfile, ...]
     setup: TrainingSetup
-    headroom: float
+    headroom: float | None
+    """None: automatic (0 on a step whose reserved memory is replayed, 10% otherwise)."""
     said: tuple[str, ...] = ()
     """Lines for stderr: ``note: ...`` and ``warning: ...``."""
+    alloc_conf: AllocConf = DEFAULT_ALLOC_CONF
+    """The caching allocator's settings (``--alloc-conf`` or the environment's)."""
 
 
 def keyword_values(
@@ -81,6 +88,7 @@ def read_inputs(
     named = "gpu" in given or "gpus" in given
     profiles = tuple(_profile(name, values, named) for name in gpu_names)
     fields = setup_fields(values, said)
+    framework_defaults(fields, given, said)
     for fb in fallbacks(
         spec,
         profiles[0],
@@ -91,7 +99,22 @@ def read_inputs(
         said.append(f"note: {fb.message}")
     setup = training_setup(**fields)
     said += [f"warning: {w}" for w in check(spec, setup)]
-    return Inputs(spec, profiles, setup, headroom_fraction(values.get("headroom")), tuple(said))
+    return Inputs(
+        spec,
+        profiles,
+        setup,
+        headroom_fraction(values.get("headroom")),
+        tuple(said),
+        alloc_conf(values.get("alloc_conf")),
+    )
+
+
+def alloc_conf(text: str | None) -> AllocConf:
+    """``--alloc-conf`` in ``PYTORCH_CUDA_ALLOC_CONF`` syntax; without it the environment's
+    setting (``PYTORCH_CUDA_ALLOC_CONF``, then ``PYTORCH_ALLOC_CONF``), as torch reads it."""
+    if text is not None:
+        return parse_alloc_conf(text)
+    return alloc_conf_from_env()
 
 
 def with_configs(
@@ -137,7 +160,7 @@ def estimate_inputs(
 
     merged, given, said = with_configs(values, given, ESTIMATE, "estimate")
     inputs = read_inputs(merged, given, (gpu or merged["gpu"],), spec)
-    inputs = Inputs(inputs.spec, inputs.profiles, inputs.setup, inputs.headroom, said + inputs.said)
+    inputs = replace(inputs, said=said + inputs.said)
     return inputs, estimate_options(merged), merged
 
 
@@ -180,10 +203,11 @@ def _as_flag(flag: str) -> Iterator[None]:
         raise FieldError(flag, f"{e.field}: {e.problem}") from None
 
 
-def headroom_fraction(text: str | None) -> float:
-    """``--headroom``: ``10%`` or ``0.1``, in [0, 0.9)."""
-    if text is None:
-        return DEFAULT_HEADROOM
+def headroom_fraction(text: str | None) -> float | None:
+    """``--headroom``: ``10%`` or ``0.1``, in [0, 0.9); None or ``auto``: automatic (the
+    estimate picks ``RESERVED_HEADROOM`` or ``DEFAULT_HEADROOM``)."""
+    if text is None or text.strip().lower() == "auto":
+        return None
     try:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
@@ -230,7 +254,7 @@ def setup_fields(values: Mapping[str, Any], said: list[str] | None = None) -> di
     deprecation notes go to ``said``."""
     fields = {k: values[k] for k in SETUP_KEYS if k in values}
     fields |= {new: values[old] for old, new in RENAMED.items() if old in values}
-    fields |= layout_fields(values) | finetune_fields(values)
+    fields |= layout_fields(values) | finetune_fields(values) | engine_fields(values)
     if "framework" in values:
         fields["framework"] = framework_field(values, said if said is not None else [])
     return fields
@@ -246,6 +270,17 @@ def layout_fields(values: Mapping[str, Any]) -> dict[str, Any]:
             raise MemcalcError("--gpus: the same as --dp; give one of them")
         fields["gpus"] = gpus
         del fields["dp"]
+    return fields
+
+
+def engine_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The sharding-engine fields (``--zero-engine``; ``--ds``: DeepSpeed's settings) of flag
+    values."""
+    fields: dict[str, Any] = {}
+    if values.get("zero_engine") is not None:
+        fields["zero_engine"] = values["zero_engine"]
+    if values.get("ds"):
+        fields["deepspeed"] = parse_settings(list(values["ds"]))
     return fields
 
 

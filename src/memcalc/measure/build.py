@@ -27,6 +27,8 @@ class Impl(str, Enum):
     """memcalc's reference model (measure/reference_model.py): one readable file."""
     hf = "hf"
     """Hugging Face transformers (GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM)."""
+    torchtitan = "torchtitan"
+    """torchtitan's own Llama 3 and ``parallelize_llama`` (``measure/torchtitan/``)."""
 
 
 TORCH_DTYPES = {DType.fp32: torch.float32, DType.bf16: torch.bfloat16, DType.fp16: torch.float16}

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from memcalc.alloc_conf import alloc_conf_from_env
 from memcalc.errors import MemcalcError
 from memcalc.estimate import Options
 from memcalc.profiles import GpuProfile, load_profile
@@ -84,7 +85,11 @@ def run_measure(
         **(layout or {}),
     )
     options = Options(
-        recompute=recompute, every=every, offload=tuple(Offload.parse(o) for o in offload)
+        recompute=recompute,
+        every=every,
+        offload=tuple(Offload.parse(o) for o in offload),
+        # the setting the measured process's torch reads (its own environment)
+        alloc_conf=alloc_conf_from_env(),
     )
     profile = load_profile(gpu)
     if nproc is not None:
@@ -105,6 +110,10 @@ def run_measure(
         )
     if timeout is not None:
         raise MemcalcError("--timeout: it limits a --nproc run; add --nproc N")
+    if setup.sharding_engine.ranks_differ:
+        raise MemcalcError(
+            "--zero-engine deepspeed: DeepSpeed is measured under torchrun; add --nproc N --dp N"
+        )
     par = setup.parallel
     if par.world_size > 1:
         raise MemcalcError(
@@ -254,9 +263,9 @@ def _run_distributed(
     estimate (its pipeline stage's)."""
     import torch
 
-    from memcalc.measure.compare import compare_ranks, estimate_for, rank_estimates
-    from memcalc.measure.distributed.launch import DEFAULT_TIMEOUT_S, Request, launch
-    from memcalc.measure.distributed.layouts import check_layout, mechanism
+    from memcalc.measure.compare import compare_ranks, estimate_for, estimates_by_rank
+    from memcalc.measure.distributed.launch import Request, default_timeout, launch
+    from memcalc.measure.distributed.layouts import LAYOUT_CHECKS, mechanism
     from memcalc.measure.preflight import check_memory, need_for
     from memcalc.measure.progress import Progress, mode_of
     from memcalc.measure.runner import Measurement
@@ -267,24 +276,35 @@ def _run_distributed(
             f"--nproc: {nproc} ranks need {nproc} GPUs; this machine has "
             f"{torch.cuda.device_count()}"
         )
-    if options.offload:
-        raise MemcalcError("--offload: not measured under --nproc (one rank's runner only)")
-    check_layout(spec, setup, impl, nproc, kind)
+    if impl.value == "torchtitan":
+        if options.offload:
+            raise MemcalcError("--offload: not measured under --nproc (one rank's runner only)")
+        from memcalc.measure.torchtitan.model import check_layout as check_titan
+
+        check_titan(spec, setup, options.recompute, nproc, kind)
+    else:
+        LAYOUT_CHECKS[setup.sharding_engine](spec, setup, impl, nproc, kind, options.offload)
     b = estimate_for(spec, setup, profile, options, kind)
-    busiest = max(rank_estimates(b, setup.parallel), key=lambda e: e.peak.total_bytes)
+    estimates = estimates_by_rank(b, spec, setup, profile, options, kind)
+    busiest = max(estimates, key=lambda e: e.peak.total_bytes)
     need = need_for(busiest.peak.total_bytes, busiest.host_bytes, b.params.total, dev, nproc)
     preflight_notes = check_memory(need, force=force, ranks=nproc)
-    request = Request(spec, setup, impl, options.recompute, options.every, kind, seed)
+    request = Request(
+        spec, setup, impl, options.recompute, options.every, kind, seed, options.offload
+    )
     with Progress("memcalc measure", mode=mode_of(quiet)) as progress:
-        results = launch(request, nproc, timeout_s=timeout or DEFAULT_TIMEOUT_S, progress=progress)
+        results = launch(
+            request, nproc, timeout_s=timeout or default_timeout(setup), progress=progress
+        )
     measurements = [Measurement.from_dict(r) for r in results]
-    ranks = compare_ranks(b, measurements, setup.parallel)
+    titan = setup.framework_def.version if impl.value == "torchtitan" else ""
+    ranks = compare_ranks(b, measurements, setup.parallel, estimates)
     ok = all(r.within(tolerance) for rank in ranks for r in rank.rows)
     m = measurements[0]
     head = (
         f"{spec.name} ({m.impl}), {nproc} ranks under torchrun on {kind} "
         f"({'nccl' if kind == 'cuda' else 'gloo'}): batch {setup.batch}, seq {setup.seq}, "
-        f"{setup.precision.value}; {mechanism(setup.parallel)}; "
+        f"{setup.precision.value}; {mechanism(setup.parallel, titan, setup.sharding_engine)}; "
         f"recompute {m.strategy}; tolerance {tolerance:.0%}"
     )
     if fmt == "json":
@@ -295,7 +315,7 @@ def _run_distributed(
                 "strategy": m.strategy,
                 "nproc": nproc,
                 "layout": setup.parallel.describe(),
-                "mechanism": mechanism(setup.parallel),
+                "mechanism": mechanism(setup.parallel, titan),
                 "tolerance": tolerance,
                 "ranks": [
                     {

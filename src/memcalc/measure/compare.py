@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memcalc.estimate import Breakdown, Options, estimate
-from memcalc.frameworks import FrameworkName
+from memcalc.frameworks import FrameworkName, ModelCode
 from memcalc.graph.lower import lower
 from memcalc.measure.runner import Measurement
 from memcalc.profiles import GpuProfile
@@ -42,16 +42,23 @@ class Row:
 
 
 def estimate_for(
-    spec: ModelSpec, setup: TrainingSetup, gpu: GpuProfile, options: Options, device: str
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    gpu: GpuProfile,
+    options: Options,
+    device: str,
+    dp_rank: int | None = None,
 ) -> Breakdown:
-    """The estimate to compare with a measurement on ``device`` (CPU kernels lowered as CPU)."""
+    """The estimate to compare with a measurement on ``device`` (CPU kernels lowered as CPU),
+    of data-parallel rank ``dp_rank`` where the engine's ranks differ (None: the busiest)."""
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
-    if setup.parallel.world_size > 1:  # measure runs torch's DTensor and pipelining
-        setup = setup.replace(framework=FrameworkName.hf)
+    code = setup.framework_def.model_code
+    if setup.parallel.world_size > 1 and code is not ModelCode.torchtitan:
+        setup = setup.replace(framework=FrameworkName.hf)  # torch's DTensor and pipelining
     kind = "cpu" if device.startswith("cpu") else "cuda"
     graph = lower(spec, setup, device=kind)
-    return estimate(spec, setup, gpu, options, graph=graph, device=kind)
+    return estimate(spec, setup, gpu, options, graph=graph, device=kind, dp_rank=dp_rank)
 
 
 def compare(b: Breakdown, m: Measurement) -> list[Row]:
@@ -76,8 +83,27 @@ def compare(b: Breakdown, m: Measurement) -> list[Row]:
     if b.host_bytes or m.host_bytes:
         rows.append(Row("host (optimizer offload)", b.host_bytes, m.host_bytes, checked=False))
     if m.reserved_bytes is not None:
-        rows.append(Row("reserved (incl. overhead)", b.peak_bytes, m.reserved_bytes, checked=False))
-        rows.append(Row("allocator retries", None, m.alloc_retries, checked=False))
+        r = b.reserved
+        rows.append(
+            Row(
+                "reserved (max_memory_reserved)",
+                r.reserved_peak_bytes if r.modelled else None,
+                m.reserved_bytes,
+                checked=False,
+            )
+        )
+        rows.append(
+            Row(
+                "allocator retries",
+                r.alloc_retries if r.modelled else None,
+                m.alloc_retries,
+                checked=False,
+            )
+        )
+    if m.context_bytes is not None:
+        rows.append(
+            Row("outside the allocator (context)", b.overhead_bytes, m.context_bytes, checked=False)
+        )
     return rows
 
 
@@ -101,11 +127,32 @@ def rank_estimates(b: Breakdown, par: Parallelism) -> list[Breakdown]:
     return [stages[r // inner] if b.stages else b for r in range(par.world_size)]
 
 
+def estimates_by_rank(
+    b: Breakdown,
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    gpu: GpuProfile,
+    options: Options,
+    device: str,
+) -> list[Breakdown]:
+    """Every rank's estimate: ``rank_estimates`` of ``b``, or where the engine's
+    data-parallel ranks hold different bytes (DeepSpeed ZeRO-1/2's partitions) each rank's
+    own (the layout is data-parallel only there)."""
+    par = setup.parallel
+    if not setup.sharding_engine.ranks_differ:
+        return rank_estimates(b, par)
+    return [estimate_for(spec, setup, gpu, options, device, r) for r in range(par.world_size)]
+
+
 def compare_ranks(
-    b: Breakdown, measurements: list[Measurement], par: Parallelism
+    b: Breakdown,
+    measurements: list[Measurement],
+    par: Parallelism,
+    estimates: list[Breakdown] | None = None,
 ) -> list[RankRows]:
-    """Rows for every rank."""
+    """Rows for every rank (``estimates``: each rank's; default ``rank_estimates(b)``)."""
+    chosen = estimates if estimates is not None else rank_estimates(b, par)
     return [
         RankRows(r, e.stage, compare(e, m), m.notes)
-        for r, (e, m) in enumerate(zip(rank_estimates(b, par), measurements, strict=True))
+        for r, (e, m) in enumerate(zip(chosen, measurements, strict=True))
     ]

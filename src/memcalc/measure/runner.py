@@ -70,6 +70,10 @@ class Measurement:
     """CUDA only: max_memory_reserved during the measured step."""
     alloc_retries: int | None = None
     """CUDA only: num_alloc_retries (cudaMalloc failed, cache flushed, retried)."""
+    context_bytes: int | None = None
+    """CUDA only: device memory in use (``cudaMemGetInfo``) beside what the caching allocator
+    reserves, after the measured step: the CUDA context, its lazily loaded kernels, and
+    anything allocated outside torch's allocator (NCCL), as ``nvidia-smi`` shows it."""
     held_bytes: int | None = None
     """CPU only: live bytes after the forward minus before (loss excluded): the saved tensors
     plus anything else the forward leaves alive (a checkpoint's inputs and cache)."""
@@ -477,4 +481,13 @@ def _measure_cuda(
         "peak_phase": "",
         "reserved_bytes": cuda.max_memory_reserved(),
         "alloc_retries": stats.get("num_alloc_retries", 0) - retries_before,
+        "context_bytes": _outside_allocator(device),
     }
+
+
+def _outside_allocator(device: torch.device) -> int:
+    """Device memory in use that the caching allocator did not reserve (``mem_get_info``'s
+    total - free, less ``memory_reserved``): the CUDA context and what bypasses the allocator;
+    other processes on the device count too (a lent GPU runs nothing else)."""
+    free, total = torch.cuda.mem_get_info(device)
+    return total - free - torch.cuda.memory_reserved(device)

@@ -119,6 +119,7 @@ def fixed_options(num_layers: int, base: Options) -> dict[Recompute, Options]:
             mfu=base.mfu,
             headroom=base.headroom,
             runtime=base.runtime,
+            alloc_conf=base.alloc_conf,
         )
         for r in (Recompute.none, Recompute.selective, Recompute.every_k, Recompute.full)
     }
@@ -134,7 +135,9 @@ class Bounds:
         self.fixed = fixed_options(spec.num_layers, options)
         self.runtime = options.runtime or runtime_of(base)
         self.flat = flat_rate(gpu, base, options.mfu)
-        self.usable = gpu.memory_bytes - int(gpu.memory_bytes * options.headroom)
+        # automatic headroom prunes with none: a step whose reserved memory is replayed may use
+        # the whole device, and the bound (an allocated-peak bound) is below its reserved peak
+        self.usable = gpu.memory_bytes - int(gpu.memory_bytes * (options.headroom or 0.0))
         self._stages: dict[tuple[int, int], tuple[OpGraph, bool, bool]] = {}
         self._facts: dict[tuple[object, ...], StageFacts | None] = {}
         self._by_split: dict[tuple[object, ...], StageFacts | None] = {}

@@ -52,7 +52,7 @@ def plan_request(
         inputs.profiles,
         max_gpus=max_gpus,
         global_batch=global_batch,
-        options=Options(mfu=values["mfu"], headroom=inputs.headroom),
+        options=Options(mfu=values["mfu"], headroom=inputs.headroom, alloc_conf=inputs.alloc_conf),
         top=top,
         constraints=parse_constraints(**{k: values[k] for k in CONSTRAINT_NAMES}),
     )

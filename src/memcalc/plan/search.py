@@ -162,7 +162,7 @@ class _Search:
     def __init__(self, request: PlanRequest, gpu: GpuProfile, progress: Progress | None) -> None:
         self.request, self.gpu, self.progress = request, gpu, progress
         self.bounds = Bounds(request.spec, request.setup, gpu, request.options)
-        self.usable = gpu.memory_bytes - int(gpu.memory_bytes * request.options.headroom)
+        self.usable = self.bounds.usable
         self.tally = Tally()
         self.done: dict[tuple[object, ...], Row | None] = {}
         self.closest: dict[int, Config] = {}
@@ -376,6 +376,7 @@ class _Search:
                     mfu=base.mfu,
                     headroom=base.headroom,
                     runtime=base.runtime,
+                    alloc_conf=base.alloc_conf,
                 )
                 row = Row(c.layout, estimate(self.request.spec, setup, self.gpu, options))
         except MemcalcError:
@@ -402,6 +403,7 @@ class _Search:
                 mfu=base.mfu,
                 headroom=base.headroom,
                 runtime=base.runtime,
+                alloc_conf=base.alloc_conf,
             )
             row = Row(c.layout, estimate(self.request.spec, setup, self.gpu, options))
             over = row.breakdown.over_gpu_bytes

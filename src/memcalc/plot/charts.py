@@ -66,7 +66,7 @@ def _memory_lines(ax: Axes, b: Breakdown, unit: Unit) -> None:
         color="black",
         linewidth=1.0,
         linestyle="--",
-        label=f"usable ({b.options.headroom:.0%} kept free)",
+        label=f"usable ({b.headroom_fraction:.0%} kept free)",
     )
 
 
@@ -173,7 +173,7 @@ def plan(result: PlanResult, unit: Unit) -> Figure:
         BAR_WIDTH,
     )
     usable = [to_unit(r.breakdown.usable_bytes, unit) for r in rows]
-    headroom = {f"{r.breakdown.options.headroom:.0%}" for r in rows}
+    headroom = {f"{r.breakdown.headroom_fraction:.0%}" for r in rows}
     ax.hlines(
         usable,
         [i - 0.5 for i in x],

@@ -898,7 +898,7 @@ def fits(f: ModelFacts) -> Draft:
         }
 
     return Draft(
-        peak(value),
+        peak(value, fit=b.fits),  # the estimate's own verdict (reserved memory where replayed)
         distractors,
         values={
             "where": m.where,

@@ -66,8 +66,8 @@ def allocated_vs_reserved(f: ModelFacts) -> Draft | None:
     """What ``torch.cuda.max_memory_allocated()`` reports: the live tensors at the step's
     largest moment, the estimate's peak without the runtime overhead (CUDA context and library
     workspaces, which ``nvidia-smi`` shows but the allocator never hands out). The allocator's
-    own cache and fragmentation are not modelled yet: the estimate keeps the ``--headroom``
-    reserve free for them, which the explanation says."""
+    own cache and fragmentation are reserved memory (``allocator``), which the explanation
+    says; the Urdu explanation still says they are not modelled (to be re-worded)."""
     b = f.base
     peak, overhead = b.peak_bytes, b.overhead_bytes
     value = b.peak.total_bytes
@@ -98,7 +98,7 @@ def allocated_vs_reserved(f: ModelFacts) -> Draft | None:
             "overhead": size_text(scale, overhead),
             "reserve": size_text(scale, b.reserve_bytes),
             "usable": size_text(scale, b.usable_bytes),
-            "headroom": f"{b.options.headroom:.0%}",
+            "headroom": f"{b.headroom_fraction:.0%}",
             "where": b.peak.where,
         },
         lang_values=both(words),

@@ -28,9 +28,10 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "shows it, the allocator's counters do not. nvidia-smi also shows what the caching "
             "allocator has reserved from the driver (torch.cuda.memory_reserved()): at least "
             "the allocated peak, plus the free blocks it caches and the fragmentation between "
-            "them. memcalc does not model those blocks yet; it keeps {reserve} ({headroom} of "
-            "{gpu_memory}, --headroom) free for them and calls a step fitting only when its "
-            "peak stays within {usable}.",
+            "them. memcalc replays torch's caching allocator over the step to count them (its "
+            "reserved column); where it cannot replay the layout yet it keeps {reserve} "
+            "({headroom} of {gpu_memory}, --headroom) free for them and calls a step fitting "
+            "only when its peak stays within {usable}.",
         ),
         Lang.ur: Template(
             prompt="memcalc کے تخمینے میں {gpu} پر {ctx} کے ایک ٹریننگ اسٹیپ کی پیک {peak} ہے، "

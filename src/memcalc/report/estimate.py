@@ -33,16 +33,18 @@ MEMORY_COLUMNS = (
     "transient",
     "overhead",
     "peak",
+    "reserved",
     "headroom",
     "host",
 )
 """Columns in bytes: their header carries the unit."""
-NARROW_COLUMNS = ("strategy", "peak", "headroom", "fits", "added time")
+NARROW_COLUMNS = ("strategy", "peak", "reserved", "fits", "added time")
 """The default table: what decides a strategy at a glance."""
 WIDE_COLUMNS = (
     "strategy",
     *MEMORY_COLUMNS[:6],
     "peak",
+    "reserved",
     "headroom",
     "host",
     "extra compute",
@@ -150,7 +152,9 @@ def glance(rows: Sequence[Breakdown], unit: Unit) -> str:
         closest = min(rows, key=lambda b: (b.over_gpu_bytes, b.over_host_bytes + b.over_nvme_bytes))
         why = verdict_text(closest, unit).removeprefix("DOES NOT FIT: ")
         return f"Nothing fits. Closest: {describe(closest)} -- {why}."
-    peak = f"peak {fmt_bytes(best.peak_bytes, unit)} of {fmt_bytes(best.usable_bytes, unit)} {u}"
+    what = "reserved" if best.reserved.modelled else "peak"
+    used = fmt_bytes(best.reserved_total_bytes, unit)
+    peak = f"{what} {used} of {fmt_bytes(best.usable_bytes, unit)} {u}"
     others = sum(b.fits for b in rows) - 1
     also = f"; {others} other strateg{'y fits' if others == 1 else 'ies fit'}" if others else ""
     if best.time is None or best.time.added_seconds <= 0:
@@ -185,6 +189,7 @@ def _cells(b: Breakdown, unit: Unit) -> dict[str, str]:
         "transient": fmt_bytes(b.transient_bytes, unit),
         "overhead": fmt_bytes(b.overhead_bytes, unit),
         "peak": fmt_bytes(b.peak_bytes, unit),
+        "reserved": fmt_bytes(b.reserved_total_bytes, unit) if b.reserved.modelled else "-",
         "headroom": fmt_bytes(b.headroom_bytes, unit),
         "host": fmt_bytes(offloaded, unit) if offloaded else "-",
         "extra compute": extra,
@@ -303,10 +308,16 @@ def render_strategies(
         width=None if wide else width,
     )
     b = rows[0]
-    reserve = f"{b.options.headroom:.0%} ({fmt_bytes(b.reserve_bytes, unit)} {unit.value})"
+    if b.options.headroom is not None:
+        kept = f"{b.options.headroom:.0%} ({fmt_bytes(b.reserve_bytes, unit)} {unit.value})"
+    else:
+        kept = "0% (10% where reserved is '-': fragmentation unmodelled)"
     note = (
-        f"headroom = GPU memory left at the peak; fits = at least {reserve} left and the "
-        "offloads within the node's host RAM and NVMe. added time = what the strategy adds to "
+        "reserved = torch's caching allocator replayed over the step (max_memory_reserved) + "
+        f"overhead ({b.options.alloc_conf.describe()}); headroom = GPU memory left beside it "
+        "(beside the peak where reserved is '-'); fits = at least "
+        f"{kept} left and the offloads within the node's host RAM and NVMe. added time = "
+        "what the strategy adds to "
         "the step's compute (recompute, exposed transfers, the CPU optimizer step): what "
         f"{'`memcalc plan`' if fmt is Format.markdown else 'memcalc plan'} ranks by."
     )

@@ -276,10 +276,9 @@ def _header(result: PlanResult, unit: Unit) -> str:
         extra += f"; searched only {', '.join(limits)}"
     return (
         f"{req.spec.name}: seq {s.seq}, {batch}, {s.precision.value} {s.optimizer.value}"
-        f"{extra}. Fits = peak at most {1 - req.options.headroom:.0%} of GPU memory "
-        f"(--headroom {req.options.headroom:.0%}) and offloads within the node's host RAM and "
-        f"NVMe. Time: {time_basis(req.options.mfu)} ({runtime_name(req)}). Memory in "
-        f"{unit.value}."
+        f"{extra}. Fits = {_fit_rule(req.options.headroom)} and offloads within the node's "
+        f"host RAM and NVMe. Time: {time_basis(req.options.mfu)} ({runtime_name(req)}). "
+        f"Memory in {unit.value}."
     )
 
 
@@ -385,6 +384,7 @@ def plan_record(result: PlanResult, maximized: list[Maximized]) -> dict[str, Any
         "lora_rank": s.lora.rank if s.lora else None,
         "quantize": s.quantize.value,
         "headroom": req.options.headroom,
+        "alloc_conf": req.options.alloc_conf.text,
         "mfu": req.options.mfu,
         "runtime": runtime_name(req),
         "constraints": req.constraints.describe(),
@@ -435,3 +435,16 @@ def _gpus(n: int) -> str:
     ('1 GPU', '64 GPUs')
     """
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _fit_rule(headroom: float | None) -> str:
+    """How a configuration's fit is judged (``Breakdown.over_gpu_bytes``)."""
+    if headroom is None:
+        return (
+            "reserved memory (the caching allocator replayed) + overhead within GPU memory; "
+            "peak at most 90% where the layout is not replayed (--headroom auto)"
+        )
+    return (
+        f"reserved (or the peak where not replayed) at most {1 - headroom:.0%} of GPU memory "
+        f"(--headroom {headroom:.0%})"
+    )

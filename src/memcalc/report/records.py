@@ -26,11 +26,20 @@ def layout_record(setup: TrainingSetup) -> dict[str, Any]:
     """The parallel layout as JSON: every field of ``Parallelism``, and ``parallel_impl`` --
     the old ``--parallel-impl`` value the setup amounts to: ``torch`` under a framework
     running DTensor (hf, reference), else ``megatron`` (its old default, also when no
-    framework is named)."""
+    framework is named). Under another sharding engine than the framework's, ``zero_engine``
+    and the engine's settings (``deepspeed``: every field of ``DeepSpeedZero``)."""
     par = setup.parallel
     named = setup.framework
     impl = PARALLEL_IMPL_OF[framework(named).tensor_parallel] if named else "megatron"
-    return {f.name: getattr(par, f.name) for f in dataclasses.fields(par)} | {"parallel_impl": impl}
+    out = {f.name: getattr(par, f.name) for f in dataclasses.fields(par)} | {"parallel_impl": impl}
+    if setup.sharding_engine is not setup.framework_def.sharding:
+        cfg = setup.deepspeed_config
+        out["zero_engine"] = setup.sharding_engine.value
+        out["deepspeed"] = {
+            f.name: getattr(getattr(cfg, f.name), "value", getattr(cfg, f.name))
+            for f in dataclasses.fields(cfg)
+        }
+    return out
 
 
 class Format(str, Enum):
@@ -57,7 +66,8 @@ def breakdown_record(b: Breakdown) -> dict[str, Any]:
             "budget_bytes": b.options.budget_bytes,
             "offload": [o.label for o in b.options.offload],
             "mfu": b.options.mfu,
-            "headroom": b.options.headroom,
+            "headroom": b.headroom_fraction,
+            "alloc_conf": b.options.alloc_conf.text,
         },
         "recompute": b.activation_plan.strategy,
         "offload": [o.label for o in b.options.offload],
@@ -86,6 +96,7 @@ def breakdown_record(b: Breakdown) -> dict[str, Any]:
         "extra_seconds": b.extra_seconds,
         "gpu_memory_bytes": b.gpu.memory_bytes,
         "fits": b.fits,
+        **_reserved_record(b),
         "headroom_bytes": b.headroom_bytes,
         "reserve_bytes": b.reserve_bytes,
         "usable_bytes": b.usable_bytes,
@@ -99,6 +110,24 @@ def breakdown_record(b: Breakdown) -> dict[str, Any]:
         "communication": [_transfer_record(t) for t in b.transfers],
         "stage": b.stage or None,
         "stages": [breakdown_record(st) | {"stages": []} for st in b.stages],
+    }
+
+
+def _reserved_record(b: Breakdown) -> dict[str, Any]:
+    """The caching allocator replay (``allocator.reserved``); nulls where it is not run."""
+    r = b.reserved
+    if not r.modelled:
+        return {
+            "reserved_peak_bytes": None,
+            "fragmentation_bytes": None,
+            "alloc_retries": None,
+            "reserved_not_modelled": r.why,
+        }
+    return {
+        "reserved_peak_bytes": r.reserved_peak_bytes,
+        "fragmentation_bytes": r.fragmentation_bytes,
+        "alloc_retries": r.alloc_retries,
+        "reserved_not_modelled": None,
     }
 
 
@@ -196,7 +225,12 @@ def csv_row(record: dict[str, Any], **first: Any) -> dict[str, Any]:
             out[key] = " ".join(value)
         elif key == "time" and isinstance(value, dict):
             out |= {f"time_{k}": v for k, v in value.items()}
-            out["added_seconds"] = value["total_seconds"] - value["compute_seconds"]
+            # StepTime.added_seconds: the GPU optimizer step is part of every step, not added
+            out["added_seconds"] = (
+                value["total_seconds"]
+                - value["compute_seconds"]
+                - value.get("optimizer_seconds", 0.0)
+            )
         elif not isinstance(value, (dict, list)):
             out[key] = value
     return out
@@ -250,16 +284,20 @@ def verdict_text(b: Breakdown, unit: Unit) -> str:
     """Whether ``b`` fits, in one line: against the usable memory (the device's less the
     headroom reserve), the node's host RAM and its NVMe."""
     u = unit.value
-    reserve = f"{b.options.headroom:.0%} of {fmt_bytes(b.gpu.memory_bytes, unit)} {u} kept free"
+    reserve = f"{b.headroom_fraction:.0%} of {fmt_bytes(b.gpu.memory_bytes, unit)} {u} kept free"
+    what = "reserved" if b.reserved.modelled else "peak"
+    used = fmt_bytes(b.reserved_total_bytes, unit)
     if b.fits:
+        retries = b.reserved.alloc_retries
+        flushes = f"; {retries} cache flush(es) per step (num_alloc_retries)" if retries else ""
         return (
-            f"FITS: peak {fmt_bytes(b.peak_bytes, unit)} of {fmt_bytes(b.usable_bytes, unit)} "
-            f"{u} usable ({reserve}; {fmt_bytes(b.headroom_bytes, unit)} {u} free at the peak)"
+            f"FITS: {what} {used} of {fmt_bytes(b.usable_bytes, unit)} {u} usable ({reserve}; "
+            f"{fmt_bytes(b.headroom_bytes, unit)} {u} free at the peak{flushes})"
         )
     reasons = []
     if b.over_gpu_bytes:
         reasons.append(
-            f"peak {fmt_bytes(b.peak_bytes, unit)} {u} is {fmt_bytes(b.over_gpu_bytes, unit)} "
+            f"{what} {used} {u} is {fmt_bytes(b.over_gpu_bytes, unit)} "
             f"{u} over the {fmt_bytes(b.usable_bytes, unit)} {u} usable ({reserve})"
         )
     if b.over_host_bytes:

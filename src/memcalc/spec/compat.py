@@ -46,12 +46,14 @@ def check(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
             f"({spec.max_position_embeddings}); rotary models run it, but were not trained on it"
         )
     par = setup.parallel
-    if par.dp > 1 and par.zero == 0:
+    # a framework whose data parallelism is FSDP2 shards over dp x cp whatever --zero says
+    fsdp_dp = setup.framework_def.fsdp_data_parallel
+    if par.dp > 1 and par.zero == 0 and not fsdp_dp:
         warnings.append(
             f"--dp {par.dp} without --zero: plain DDP, every GPU keeps all parameters, "
             "gradients and optimizer states; --zero 1, 2 or 3 shards them"
         )
-    if par.dp == 1 and par.zero > 0:
+    if par.dp == 1 and par.zero > 0 and not fsdp_dp:
         warnings.append(
             f"--zero {par.zero} on one data-parallel GPU shards nothing; add --dp N (--gpus N)"
         )

@@ -75,6 +75,7 @@ FLAGS = {
     "lora.targets": "--lora-targets",
     "lora.dropout": "--lora-dropout",
     "lora.modules_to_save": "--modules-to-save",
+    "deepspeed": "--ds",
 }
 """TrainingSetup fields whose command-line flag is not ``--`` + the field name."""
 

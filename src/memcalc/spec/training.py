@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from enum import Enum
 
 from memcalc.dtypes import DType as DType  # re-exported: the vocabulary of specs
-from memcalc.frameworks import Framework, FrameworkName, default_framework, framework
+from memcalc.frameworks import (
+    Framework,
+    FrameworkName,
+    ShardingEngine,
+    default_framework,
+    framework,
+)
+from memcalc.spec.deepspeed import DeepSpeedZero
+from memcalc.spec.deepspeed import check_setup as check_deepspeed
 from memcalc.spec.finetune import LoraSpec, Quantize
 from memcalc.spec.parallel import SINGLE_GPU, Parallelism
 from memcalc.validate import FieldError, check, replace, spec_field
@@ -44,6 +52,13 @@ class Precision(str, Enum):
     they save for backward; the residual stream, norms and softmax stay fp32."""
     amp_fp16 = "amp-fp16"
     """As amp-bf16 with float16 (plus a GradScaler, which holds no per-parameter state)."""
+    fsdp_bf16 = "fsdp-bf16"
+    """FSDP2 ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``
+    (torchtitan's default, ``torch/distributed/fsdp/_fully_shard/_fsdp_api.py``): the sharded
+    parameters, their gradients and the optimizer states are fp32 (4 + 4 + 8 bytes/param with
+    AdamW, no separate master copy); each group is all-gathered in bf16, forward and backward
+    run in bf16, the bf16 gradients are cast into an fp32 reduce-scatter buffer. Needs FSDP2
+    (``--zero 3``)."""
 
     @property
     def is_amp(self) -> bool:
@@ -51,8 +66,20 @@ class Precision(str, Enum):
         return self in (Precision.amp_bf16, Precision.amp_fp16)
 
     @property
+    def is_fsdp_policy(self) -> bool:
+        """True for an FSDP2 MixedPrecisionPolicy: fp32 shards, 16-bit gathered weights."""
+        return self is Precision.fsdp_bf16
+
+    @property
+    def gathered_dtype(self) -> DType:
+        """The dtype FSDP2 all-gathers a group's weights in (``param_dtype``), in which the
+        forward and backward see them and write their unsharded gradients."""
+        return DType.bf16 if self.is_fsdp_policy else self.weight_dtype
+
+    @property
     def weight_dtype(self) -> DType:
-        if self is Precision.fp32 or self.is_amp:
+        """The dtype the parameters are stored in (an FSDP2 policy's shards: fp32)."""
+        if self is Precision.fp32 or self.is_amp or self.is_fsdp_policy:
             return DType.fp32
         return DType.fp16 if self in (Precision.fp16, Precision.fp16_mixed) else DType.bf16
 
@@ -63,7 +90,7 @@ class Precision(str, Enum):
             return DType.bf16
         if self is Precision.amp_fp16:
             return DType.fp16
-        return self.weight_dtype
+        return self.gathered_dtype
 
     @property
     def is_mixed(self) -> bool:
@@ -99,6 +126,9 @@ class Attention(str, Enum):
     """torch scaled_dot_product_attention (flash / memory-efficient): saves out + logsumexp."""
     flash = "flash"
     """flash-attention 2 kernel: saves out + logsumexp (same as sdpa for memory)."""
+    flex = "flex"
+    """torch FlexAttention (torchtitan 0.3's default): saves out, logsumexp and the fp32 row
+    maxima, and one block mask for every layer."""
 
 
 class Loss(str, Enum):
@@ -177,8 +207,19 @@ class TrainingSetup:
     )
 
     framework: FrameworkName | None = spec_field(
-        "Whose code runs the step (memcalc.frameworks): hf, megatron or reference; None: "
-        "megatron for a tensor- or pipeline-parallel layout, hf otherwise.",
+        "Whose code runs the step (memcalc.frameworks): hf, megatron, reference, torchtitan "
+        "or torchtitan-0.2.2; None: megatron for a tensor- or pipeline-parallel layout, hf "
+        "otherwise.",
+        default=None,
+    )
+    zero_engine: ShardingEngine | None = spec_field(
+        "What implements data parallelism and ZeRO (memcalc.frameworks.ShardingEngine): torch "
+        "(DDP / FSDP2) or deepspeed (DeepSpeed's ZeRO engine); None: the framework's own.",
+        default=None,
+    )
+    deepspeed: DeepSpeedZero | None = spec_field(
+        "DeepSpeed ZeRO settings (bucket sizes, overlap_comm, ZeRO-3 thresholds, ...) under "
+        "zero_engine deepspeed; None: DeepSpeed's defaults.",
         default=None,
     )
     moe_imbalance: float = spec_field(
@@ -220,6 +261,7 @@ class TrainingSetup:
             raise FieldError(
                 "seq", f"batch x seq = {self.batch * self.seq:,} tokens is over {MAX_TOKENS:,}"
             )
+        self._check_framework()
         if self.grad_dtype is not None:
             allowed = {DType.fp32, self.precision.weight_dtype}
             if self.grad_dtype not in allowed:
@@ -227,6 +269,38 @@ class TrainingSetup:
                 raise FieldError(
                     "grad_dtype", f"must be one of: {names} for {self.precision.value}"
                 )
+
+    def _check_framework(self) -> None:
+        """What the framework (and FSDP2's MixedPrecisionPolicy) can run."""
+        fw, par = self.framework_def, self.parallel
+        if fw.fsdp_data_parallel and par.zero not in (0, 3):
+            raise FieldError(
+                "zero",
+                f"{fw.label}'s data parallelism is FSDP2 (ZeRO-3 over dp x cp); use 0 or 3, "
+                f"got {par.zero}",
+            )
+        if self.precision.is_fsdp_policy:
+            shards = par.shard_ranks * (par.cp if fw.shards_over_cp else 1)
+            fsdp = fw.always_fsdp or (shards > 1 and (par.zero == 3 or fw.fsdp_data_parallel))
+            if not fsdp:
+                raise FieldError(
+                    "precision",
+                    f"{self.precision.value} is FSDP2's MixedPrecisionPolicy: it needs FSDP2 "
+                    "over more than one rank (--dp 2 or more with --zero 3), or "
+                    "--framework torchtitan (which applies FSDP2 on one GPU too); on one GPU "
+                    "use amp-bf16 (torch.autocast over fp32 weights)",
+                )
+        if self.sharding_engine is ShardingEngine.deepspeed:
+            par = self.parallel
+            check_deepspeed(
+                self.precision.value,
+                self.optimizer.value,
+                par.zero,
+                {"tp": par.tp, "pp": par.pp, "cp": par.cp, "ep": par.ep},
+                self.lora is not None,
+            )
+        elif self.deepspeed is not None:
+            raise FieldError("deepspeed", "DeepSpeed settings need --zero-engine deepspeed")
 
     def replace(self, **changes: object) -> TrainingSetup:
         """A copy with ``changes``, validated."""
@@ -238,6 +312,18 @@ class TrainingSetup:
         if self.framework is not None:
             return framework(self.framework)
         return default_framework(self.parallel.tp, self.parallel.pp)
+
+    @property
+    def sharding_engine(self) -> ShardingEngine:
+        """What implements data parallelism and ZeRO (``zero_engine``, or the framework's)."""
+        if self.zero_engine is not None:
+            return self.zero_engine
+        return self.framework_def.sharding
+
+    @property
+    def deepspeed_config(self) -> DeepSpeedZero:
+        """The DeepSpeed ZeRO settings in effect (DeepSpeed's defaults unless given)."""
+        return self.deepspeed if self.deepspeed is not None else DeepSpeedZero()
 
     @property
     def prepared_for_kbit(self) -> bool:
@@ -271,10 +357,13 @@ class TrainingSetup:
 
     @property
     def gradient_dtype(self) -> DType:
-        """Gradients: the weight dtype, except fp32 main grads by default under -mixed."""
+        """Gradients: the weight dtype, except fp32 main grads by default under -mixed (not
+        under an engine that accumulates in the model dtype: DeepSpeed's)."""
         if self.grad_dtype is not None:
             return self.grad_dtype
-        return DType.fp32 if self.precision.is_mixed else self.weight_dtype
+        if self.precision.is_mixed and not self.sharding_engine.grads_in_model_dtype:
+            return DType.fp32
+        return self.weight_dtype
 
     @property
     def optimizer_dtype(self) -> DType:

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 from memcalc.graph.ops import AttentionWork, Block, Gemm, Op, OpGraph
 from memcalc.profiles import GpuProfile
-from memcalc.spec.training import DType
 from memcalc.steptime.kernels import (
     attention_pass_seconds,
     gemm_pass_seconds,
     memory_seconds,
+    runs_fp8,
 )
 from memcalc.strategies.recompute import ActivationPlan
 from memcalc.strategies.runtime import Runtime
@@ -253,7 +253,7 @@ class _Rates:
     def _work(self, op: Op) -> Pass:
         work = op.work
         if isinstance(work, Gemm):
-            casts = self._fp8_casts(work) if work.dtype is DType.fp8 else (0.0, 0.0)
+            casts = self._fp8_casts(work) if runs_fp8(work.dtype, self.gpu) else (0.0, 0.0)
             return Pass(matmul=gemm_pass_seconds(work, self.gpu), memory=casts)
         assert isinstance(work, AttentionWork)
         return Pass(

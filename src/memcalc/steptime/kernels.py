@@ -150,16 +150,24 @@ def gemm_seconds(
     return max(compute, memory)
 
 
+def runs_fp8(dtype: DType, gpu: GpuProfile) -> bool:
+    """Whether an fp8 GEMM runs in fp8 on ``gpu``: only where the GPU has fp8 tensor cores
+    (Ada, Hopper and later). Transformer Engine and torchao's float8 refuse older GPUs; the
+    estimate keeps fp8-mixed's memory and times its GEMMs at the 16-bit rate there."""
+    return dtype is DType.fp8 and gpu.fp8_flops_per_s > 0
+
+
 def gemm_pass_seconds(g: Gemm, gpu: GpuProfile) -> tuple[float, float]:
     """(forward, backward) seconds of an op's matmul: the forward product; in backward the
     input gradient (m x n) @ (n x k) and the weight gradient (k x m) @ (m x n), each when
     needed (a frozen weight has none)."""
-    fwd = gemm_seconds(g.m, g.k, g.n, g.groups, g.dtype, gpu)
+    dtype = DType.bf16 if g.dtype is DType.fp8 and not runs_fp8(g.dtype, gpu) else g.dtype
+    fwd = gemm_seconds(g.m, g.k, g.n, g.groups, dtype, gpu)
     bwd = 0.0
     if g.input_grad:
-        bwd += gemm_seconds(g.m, g.n, g.k, g.groups, g.dtype, gpu)
+        bwd += gemm_seconds(g.m, g.n, g.k, g.groups, dtype, gpu)
     if g.weight_grad:
-        bwd += gemm_seconds(g.k, g.m, g.n, g.groups, g.dtype, gpu)
+        bwd += gemm_seconds(g.k, g.m, g.n, g.groups, dtype, gpu)
     return fwd, bwd
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from memcalc.alloc_conf import DEFAULT as DEFAULT_ALLOC_CONF
+from memcalc.alloc_conf import AllocConf, parse_alloc_conf
 from memcalc.errors import MemcalcError, one_of
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute
@@ -22,12 +24,17 @@ MIN_MFU = 0.001
 (and 1e-320 would make it infinite)."""
 
 DEFAULT_HEADROOM = 0.10
-"""Fraction of GPU memory a configuration must leave free to count as fitting: the caching
-allocator's fragmentation and cuBLAS/NCCL workspaces it does not see. GMLake (Guo et al.,
+"""Fraction of GPU memory a configuration must leave free to count as fitting when its
+reserved memory is not replayed (``allocator.events.unmodelled``): the caching allocator's
+fragmentation and cuBLAS/NCCL workspaces the allocated peak does not see. GMLake (Guo et al.,
 ASPLOS 2024, arXiv:2401.08156) measured PyTorch's caching allocator wasting 15% of reserved
 memory on average (up to 33%) when training LLMs with recompute, offload, ZeRO and LoRA on
 A100-80GB; ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` reduces it (lower
-``--headroom`` then). 10% is an assumption between the two, stated in every result."""
+``--headroom`` then). 10% is an assumption between the two, stated in every result. A
+replayed step is judged on its reserved memory with no reserve (``RESERVED_HEADROOM``) unless
+``--headroom`` asks for one."""
+RESERVED_HEADROOM = 0.0
+"""Kept free on top of the replayed reserved memory and the runtime overhead by default."""
 
 
 @dataclass(frozen=True)
@@ -41,8 +48,11 @@ class Options:
     mfu: float | None = None
     """None: the kernel model (``steptime``); a fraction: every matmul and attention kernel at
     it, with no time for elementwise ops (the single-utilisation model)."""
-    headroom: float = DEFAULT_HEADROOM
-    """Fraction of GPU memory kept free (see DEFAULT_HEADROOM)."""
+    headroom: float | None = None
+    """Fraction of GPU memory kept free; None: ``RESERVED_HEADROOM`` on a step whose reserved
+    memory is replayed, ``DEFAULT_HEADROOM`` on one that is not."""
+    alloc_conf: AllocConf = DEFAULT_ALLOC_CONF
+    """The caching allocator's settings (``PYTORCH_CUDA_ALLOC_CONF`` / ``--alloc-conf``)."""
     runtime: Runtime | None = None
     """The framework the time assumes (``strategies.runtime``); None: ``runtime_of(setup)``."""
 
@@ -75,7 +85,9 @@ class Options:
             object.__setattr__(self, "budget_bytes", parse_size(self.budget_bytes))
         if self.mfu is not None and not MIN_MFU <= self.mfu <= 1:  # also refuses nan
             raise MemcalcError(f"--mfu: must be from {MIN_MFU} to 1, got {self.mfu!r}")
-        if not 0 <= self.headroom < 0.9:
+        if isinstance(self.alloc_conf, str):
+            object.__setattr__(self, "alloc_conf", parse_alloc_conf(self.alloc_conf))
+        if self.headroom is not None and not 0 <= self.headroom < 0.9:
             raise MemcalcError(
                 f"--headroom: must be at least 0 and below 90%, got {self.headroom!r}"
             )

@@ -200,6 +200,23 @@ class ActivationPlan:
         return self.stack.total_stored()
 
 
+def outside_blocks(graph: OpGraph) -> dict[Component, int]:
+    """Bytes saved outside the blocks (prologue and epilogue), by component."""
+    return _outside_blocks(graph)
+
+
+def merge_components(
+    a: dict[Component, int], b: dict[Component, int], times: int = 1
+) -> dict[Component, int]:
+    """``a`` plus ``times`` x ``b``, by component."""
+    return _merge(a, b, times)
+
+
+def outside_bytes(graph: OpGraph) -> int:
+    """Bytes saved outside the blocks."""
+    return _outside_bytes(graph)
+
+
 def _outside_blocks(graph: OpGraph) -> dict[Component, int]:
     return _merge(bytes_by_component(graph.prologue), bytes_by_component(graph.epilogue))
 

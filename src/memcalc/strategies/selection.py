@@ -4,6 +4,7 @@ strategy the command-line flags choose (validated)."""
 from __future__ import annotations
 
 from memcalc.errors import MemcalcError
+from memcalc.frameworks.features import EveryKRule
 from memcalc.profiles import GpuProfile
 from memcalc.spec.training import OptimizerKind, TrainingSetup
 from memcalc.strategies.offload import Offload, OffloadWhat
@@ -19,12 +20,13 @@ def default_strategies(
     (optimizer offload only when the optimizer holds something; to NVMe only when ``gpu``'s
     server has it)."""
     rows = [Options(recompute=r) for r in (Recompute.none, Recompute.selective, Recompute.full)]
-    rows.append(Options(recompute=Recompute.every_k, every=sqrt_k(num_blocks)))
+    if setup.framework_def.checkpointing.every_k is not EveryKRule.refused:
+        rows.append(Options(recompute=Recompute.every_k, every=sqrt_k(num_blocks)))
     par = setup.parallel
     sharded = par.dp == 1 or par.zero  # offloading the optimizer needs ZeRO across ranks
     if (setup.optimizer is not OptimizerKind.sgd or setup.precision.is_mixed) and sharded:
         rows.append(Options(offload=(Offload.parse("optimizer=cpu"),)))
-        if gpu is None or gpu.nvme_bytes_per_s > 0:
+        if (gpu is None or gpu.nvme_bytes_per_s > 0) and setup.sharding_engine.offloads_to_nvme:
             rows.append(Options(offload=(Offload.parse("optimizer=nvme"),)))
     rows.append(Options(recompute=Recompute.full, offload=(Offload.parse("activations=cpu"),)))
     if par.dp == 1 or par.zero == 3:  # and the parameters ZeRO-3

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memcalc.frameworks import Framework
+from memcalc.spec.parallel import Parallelism
+
 
 @dataclass(frozen=True)
 class Sharding:
@@ -62,3 +65,19 @@ class Sharding:
 
 NO_SHARDING = Sharding()
 """One GPU, nothing sharded."""
+
+
+def sharding_of(par: Parallelism, fw: Framework) -> Sharding:
+    """The sharding a rank of ``par`` runs under ``fw``: ZeRO ``par.zero`` over the shard group,
+    or -- a framework whose data parallelism is FSDP2 (torchtitan) -- stage 3 over the shard
+    group times the context-parallel ranks when it shards over dp x cp
+    (torchtitan ``distributed/parallel_dims.py``: ``fsdp = dp_shard * cp``).
+
+    >>> from memcalc.frameworks import framework
+    >>> s = sharding_of(Parallelism(dp=2, cp=2), framework("torchtitan"))
+    >>> (s.gpus, s.stage)
+    (4, 3)
+    """
+    cp = par.cp if fw.shards_over_cp else 1
+    stage = 3 if fw.fsdp_data_parallel else par.zero
+    return Sharding(par.shard_ranks * cp, stage, par.expert_shard_ranks * cp)

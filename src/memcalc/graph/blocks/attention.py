@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from memcalc.frameworks.features import Kernel, SdpaGqa
 from memcalc.graph.blocks.linear import linear
-from memcalc.graph.blocks.norms import rms_norm
+from memcalc.graph.blocks.norms import norm
 from memcalc.graph.ops import AttentionWork, Component, Gemm, Saved
 from memcalc.graph.scope import Dims, Scope, dropout, matmul_flops, tensor, unique
 from memcalc.spec.families.base import Implementation
@@ -128,18 +129,63 @@ def attention_core(
         return tensor(f"{prefix}.merged", T, dims.q, dims.p)
     if dims.cpu_dropout_sdpa and dropout_p > 0:
         return _cpu_math_sdpa(sc, dims, q, k, v, dropout_p, prefix=prefix)
+    return _fused_attention(
+        sc, dims, q, k, v, attention, prefix=prefix, mask=mask, window=window
+    )
+
+
+def _fused_attention(
+    sc: Scope,
+    dims: Dims,
+    q: Saved,
+    k: Saved,
+    v: Saved,
+    attention: Attention,
+    *,
+    prefix: str,
+    mask: Saved | None,
+    window: int | None = None,
+) -> Saved:
+    """A fused kernel (SDPA, flash-attention 2, FlexAttention): it saves q, k, v, its output
+    and the fp32 logsumexp (b*a*s), and FlexAttention also its fp32 row maxima
+    (``torch/_higher_order_ops/flex_attention.py`` ``FlexAttentionAutogradOp.forward``:
+    ``save_values_for_backward(query, key, value, out, logsumexp, max_scores, *block_mask)``;
+    the block mask is made once per step, see ``lower``). The output is laid out (b, s, a, d)
+    (flex: ``_permute_strides`` follows q's), so the reshape to (b, s, a*d) is a view and the
+    out-projection saves the same storage.
+
+    >>> sc = Scope()
+    >>> dims = Dims(b=1, s=128, h=64, a=4, d=16, g=2, m=128, V=256, p=DType.bf16,
+    ...             r=DType.bf16, stat_dtype=DType.fp32)
+    >>> q = Saved("q", 128 * 64, DType.bf16); kv = Saved("kv", 128 * 32, DType.bf16)
+    >>> _ = _fused_attention(sc, dims, q, kv, kv, Attention.flex, prefix="attn", mask=None)
+    >>> sum(t.nbytes for t in sc.ops[0].saves)  # q + k(=v) + out (bf16) + lse + max (fp32)
+    45056
+    """
+    b, s, a, T, p = dims.b, dims.s, dims.a, dims.T, dims.p
+    scores = b * a * s * s
     lse = Saved(f"{prefix}.logsumexp", b * a * s, DType.fp32)
-    out = tensor(f"{prefix}.merged", T, dims.q, dims.p)
+    out = tensor(f"{prefix}.merged", T, dims.q, p)
+    stats = [lse]
+    if attention is Attention.flex:
+        stats.append(Saved(f"{prefix}.max_scores", b * a * s, DType.fp32))
+        kernel, source = Kernel.flex, "flex_attention: saves q, k, v, out, logsumexp, max_scores"
+    else:
+        kernel = Kernel.sdpa_cpu if dims.cpu else Kernel.sdpa
+        source = "aten._scaled_dot_product_flash_attention: saves q, k, v, out, logsumexp" + (
+            " (_efficient_attention: and the mask)" if mask is not None else ""
+        )
     sc.add(
-        f"{prefix}.sdpa",
+        f"{prefix}.{'flex' if attention is Attention.flex else 'sdpa'}",
         ATTN,
-        unique([sc.matmul_input(t, "sdpa") for t in (q, k, v)] + [out, lse])
+        unique([sc.matmul_input(t, "sdpa") for t in (q, k, v)] + [out, *stats])
         + ([mask] if mask is not None else []),
-        2 * qk_flops + 5 * scores,
-        "aten._scaled_dot_product_flash_attention: saves q, k, v, out, logsumexp"
-        + (" (_efficient_attention: and the mask)" if mask is not None else ""),
-        grads=T * (dims.q + 2 * dims.kv) * p + out.nbytes,
-        work=AttentionWork(b * a, s, s, dims.d, dims.d, sc.autocast or dims.p, True, window),
+        2 * matmul_flops(b * a * s, dims.d, s) + 5 * scores,
+        source,
+        grads=T * (dims.q + 2 * dims.kv) * p.itemsize + out.nbytes,
+        work=AttentionWork(b * a, s, s, dims.d, dims.d, sc.autocast or p, True, window),
+        kernel=kernel.value,
+        outputs=(out, *stats),
     )
     return out
 
@@ -233,13 +279,130 @@ def _sdpa_gqa(dims: Dims, mask: Saved | None) -> bool:
     return mask is None and dims.d <= SDPA_GQA_MAX_HEAD_DIM
 
 
-def _qk_norm(sc: Scope, spec: ModelSpec, dims: Dims, name: str, x: Saved, heads: int) -> Saved:
+def _qk_norm(
+    sc: Scope,
+    spec: ModelSpec,
+    impl: Implementation,
+    dims: Dims,
+    name: str,
+    x: Saved,
+    heads: int,
+) -> Saved:
     """Qwen3 / Gemma 3 ``q_norm``/``k_norm`` over each head's d features (rows = T*heads), or
-    OLMo 2's over the whole projection (rows = T)."""
+    OLMo 2's over the whole projection (rows = T), run by the implementation's norm kernel."""
     variant = spec.norm if spec.norm is not Norm.layer_norm else Norm.rms_norm
-    if spec.qk_norm is QkNorm.per_head:
-        return rms_norm(sc, name, x, dims.T * heads, dims.d, variant)
-    return rms_norm(sc, name, x, dims.T, heads * dims.d, variant)
+    per_head = spec.qk_norm is QkNorm.per_head
+    rows, width = (dims.T * heads, dims.d) if per_head else (dims.T, heads * dims.d)
+    return norm(
+        sc, name, x, rows, width, variant, dims.stat_dtype, kernel=impl.norm_kernel, cpu=dims.cpu
+    )
+
+
+def _project(
+    sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims, x: Saved
+) -> tuple[Saved, Saved, Saved]:
+    """q, k and v from the normed input: three projections; or one fused projection whose
+    views they are (HF ``qkv_proj``); or one whose output is split and copied into
+    contiguous q, k and v (``impl.qkv_copies``: torchtitan 0.3 ``FusedQKVLinear.forward``,
+    ``xq/xk/xv.reshape(...).contiguous()`` -- the copy's backward concatenates the three
+    gradients into one buffer for the projection)."""
+    T, h, p, names = dims.T, dims.h, dims.p, impl.names
+    if not (spec.fused_qkv or impl.qkv_copies):
+        return (
+            linear(sc, names["q"], ATTN, x, T, h, dims.q, p, bias=spec.qkv_bias),
+            linear(sc, names["k"], ATTN, x, T, h, dims.kv, p, bias=spec.qkv_bias),
+            linear(sc, names["v"], ATTN, x, T, h, dims.kv, p, bias=spec.qkv_bias),
+        )
+    width = dims.q + 2 * dims.kv
+    qkv = linear(sc, names["qkv"], ATTN, x, T, h, width, p, bias=spec.qkv_bias)
+    if not impl.qkv_copies:
+        return qkv, qkv, qkv  # one storage: q, k and v are views of it
+    sc.add(
+        "attn.qkv_split",
+        ATTN,
+        [],
+        0,
+        "aten.split + contiguous (copies): saves nothing",
+        grads=2 * T * width * p.itemsize,
+    )
+    return (
+        Saved("attn.q", T * dims.q, p, needs_grad=qkv.needs_grad),
+        Saved("attn.k", T * dims.kv, p, needs_grad=qkv.needs_grad),
+        Saved("attn.v", T * dims.kv, p, needs_grad=qkv.needs_grad),
+    )
+
+
+def _rotate(
+    sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims, q: Saved, k: Saved
+) -> tuple[Saved, Saved]:
+    """RoPE on q and k. HF ``apply_rotary_pos_emb``: q*cos + rotate_half(q)*sin -- mul saves
+    cos and sin (no grad), made once by the model and counted in the prologue; q_embed and
+    k_embed are new tensors (partial rotary: cat of the rotated and the passed-through dims,
+    new too). Their dtype: q (p) times the tables (stream dtype; fp32 under autocast, or always
+    when the rotary module keeps them fp32), unless RoPE casts back to q's dtype.
+    ``impl.rotary_gathered`` (torchtitan with per-sequence positions, ``_reshape_for_broadcast``
+    ``torch.gather``): each layer's multiplies save the layer's own gathered table, (b, s, 1,
+    d/2) complex64 or (b, s, 1, 2d) fp32 cos | sin."""
+    T, p, name = dims.T, dims.p, impl.names["rope"]
+    tables = DType.fp32 if impl.rotary_tables_fp32 else dims.r
+    rotated = p if impl.rotary_keeps_q_dtype or tables is p else DType.fp32
+    gathered = []
+    if impl.rotary_gathered:
+        width = dims.d if impl.complex_rotary else 2 * dims.d  # fp32 elements per token
+        gathered = [Saved(f"{name}.gathered_table", T * width, DType.fp32)]
+    sc.add(
+        name,
+        ATTN,
+        gathered,
+        6 * T * (dims.q + dims.kv),
+        "aten.mul(q, cos): saves cos (and sin)",
+        grads=2 * T * (dims.q + dims.kv) * p.itemsize,
+    )
+    return (
+        Saved(f"{name}.q_embed", T * dims.q, rotated, needs_grad=q.needs_grad),
+        Saved(f"{name}.k_embed", T * dims.kv, rotated, needs_grad=k.needs_grad),
+    )
+
+
+def _kernel_kv(
+    impl: Implementation,
+    dims: Dims,
+    attention: Attention,
+    q: Saved,
+    k: Saved,
+    v: Saved,
+    mask: Saved | None,
+) -> tuple[Saved, Saved]:
+    """k and v as the attention kernel reads them: repeated to every head where SDPA gets no
+    ``enable_gqa`` (``impl.sdpa_gqa``) or eager attention runs ``repeat_kv``; a contiguous copy
+    of a strided v for eager's matmul."""
+    T = dims.T
+    if attention is not Attention.eager:
+        rule = impl.sdpa_gqa
+        repeat = (rule is SdpaGqa.repeat_kv and attention is not Attention.flex) or (
+            rule is SdpaGqa.hf and attention is Attention.sdpa and not _sdpa_gqa(dims, mask)
+        )
+        if dims.kv != dims.q and repeat:
+            # sdpa_attention_forward: without enable_gqa, repeat_kv copies k and v to all heads
+            k = Saved("attn.k_repeated", T * dims.q, k.dtype, needs_grad=k.needs_grad)
+            v = Saved("attn.v_repeated", T * dims.q, v.dtype, needs_grad=v.needs_grad)
+        return k, v
+    if dims.kv == dims.q and v.name != q.name and dims.b > 1 and v.numel != T * dims.kv:
+        # v is a strided view of the fused qkv output (q and k were rebuilt by RoPE):
+        # matmul(probs, v) folds (b, a) with a reshape, which copies it -- the buffer
+        # itself is not kept (with b == 1 the fold is a view and the buffer is saved)
+        v = Saved("attn.v_contiguous", T * dims.kv, v.dtype, needs_grad=v.needs_grad)
+    if dims.kv != dims.q:
+        if dims.g == 1 and dims.b == 1:
+            # repeat_kv's reshape of the expanded tensor is a view: no copy, but an op that
+            # casts it (autocast) materialises all heads.
+            k = replace(k, view_numel=T * dims.q)
+            v = replace(v, view_numel=T * dims.q)
+        else:
+            # repeat_kv: expand + reshape copies k and v to all heads for the eager matmuls.
+            k = Saved("attn.k_repeated", T * dims.q, k.dtype, needs_grad=k.needs_grad)
+            v = Saved("attn.v_repeated", T * dims.q, v.dtype, needs_grad=v.needs_grad)
+    return k, v
 
 
 def self_attention(
@@ -263,35 +426,12 @@ def self_attention(
     """
     T, h, p = dims.T, dims.h, dims.p
     names = impl.names
-    if spec.fused_qkv:
-        # one projection; q, k and v are views of its output storage
-        qkv = linear(sc, names["qkv"], ATTN, x, T, h, dims.q + 2 * dims.kv, p, bias=spec.qkv_bias)
-        q = k = v = qkv
-    else:
-        q = linear(sc, names["q"], ATTN, x, T, h, dims.q, p, bias=spec.qkv_bias)
-        k = linear(sc, names["k"], ATTN, x, T, h, dims.kv, p, bias=spec.qkv_bias)
-        v = linear(sc, names["v"], ATTN, x, T, h, dims.kv, p, bias=spec.qkv_bias)
+    q, k, v = _project(sc, spec, impl, dims, x)
     if spec.qk_norm is not QkNorm.none:
-        q = _qk_norm(sc, spec, dims, names["q_norm"], q, dims.a)
-        k = _qk_norm(sc, spec, dims, names["k_norm"], k, dims.g)
+        q = _qk_norm(sc, spec, impl, dims, names["q_norm"], q, dims.a)
+        k = _qk_norm(sc, spec, impl, dims, names["k_norm"], k, dims.g)
     if spec.positions is Positions.rotary:
-        # apply_rotary_pos_emb: q*cos + rotate_half(q)*sin -- mul saves cos and sin (no grad),
-        # shared by every layer and counted once in the prologue; q_embed and k_embed are new
-        # tensors (partial rotary: cat of the rotated and the passed-through dims, new too).
-        # Their dtype: q (p) times the tables (stream dtype; fp32 under autocast, or always
-        # when the rotary module keeps them fp32), unless RoPE casts back to q's dtype.
-        tables = DType.fp32 if impl.rotary_tables_fp32 else dims.r
-        rotated = p if impl.rotary_keeps_q_dtype or tables is p else DType.fp32
-        sc.add(
-            names["rope"],
-            ATTN,
-            [],
-            6 * T * (dims.q + dims.kv),
-            "aten.mul(q, cos): saves cos (and sin)",
-            grads=2 * T * (dims.q + dims.kv) * p.itemsize,
-        )
-        q = Saved(f"{names['rope']}.q_embed", T * dims.q, rotated, needs_grad=q.needs_grad)
-        k = Saved(f"{names['rope']}.k_embed", T * dims.kv, rotated, needs_grad=k.needs_grad)
+        q, k = _rotate(sc, spec, impl, dims, q, k)
     core_inputs = tuple(unique([q, k, v]))
     mask = None
     if attention is Attention.sdpa and sliding_mask(spec, dims.s, layer_type):
@@ -300,26 +440,7 @@ def self_attention(
         # masked_fill_), and the kernel saves it: a new tensor in every layer. (CUDA's
         # memory-efficient kernel, which takes masks, pads its last dim to a multiple of 16.)
         mask = Saved("attn.sdpa_mask", dims.b * dims.s * dims.s, p)
-    if attention is Attention.sdpa and dims.kv != dims.q and not _sdpa_gqa(dims, mask):
-        # sdpa_attention_forward: without enable_gqa, repeat_kv copies k and v to all heads
-        k = Saved("attn.k_repeated", T * dims.q, k.dtype, needs_grad=k.needs_grad)
-        v = Saved("attn.v_repeated", T * dims.q, v.dtype, needs_grad=v.needs_grad)
-    if attention is Attention.eager and dims.kv == dims.q and v.name != q.name and dims.b > 1:
-        if v.numel != T * dims.kv:
-            # v is a strided view of the fused qkv output (q and k were rebuilt by RoPE):
-            # matmul(probs, v) folds (b, a) with a reshape, which copies it -- the buffer
-            # itself is not kept (with b == 1 the fold is a view and the buffer is saved)
-            v = Saved("attn.v_contiguous", T * dims.kv, v.dtype, needs_grad=v.needs_grad)
-    if attention is Attention.eager and dims.kv != dims.q:
-        if dims.g == 1 and dims.b == 1:
-            # repeat_kv's reshape of the expanded tensor is a view: no copy, but an op that
-            # casts it (autocast) materialises all heads.
-            k = replace(k, view_numel=T * dims.q)
-            v = replace(v, view_numel=T * dims.q)
-        else:
-            # repeat_kv: expand + reshape copies k and v to all heads for the eager matmuls.
-            k = Saved("attn.k_repeated", T * dims.q, k.dtype, needs_grad=k.needs_grad)
-            v = Saved("attn.v_repeated", T * dims.q, v.dtype, needs_grad=v.needs_grad)
+    k, v = _kernel_kv(impl, dims, attention, q, k, v, mask)
     merged = attention_core(
         sc,
         dims,

@@ -45,6 +45,8 @@ def decoder_block(
             spec.norm,
             dims.stat_dtype,
             bias=spec.norm_bias,
+            kernel=impl.norm_kernel,
+            cpu=dims.cpu,
         )
 
     def sublayer_out(role: str, comp: Component, t: Saved) -> Saved:

@@ -30,6 +30,8 @@ def head_and_loss(
         spec.norm,
         dims.stat_dtype,
         bias=spec.norm_bias,
+        kernel=impl.norm_kernel,
+        cpu=dims.cpu,
     )
     linear(
         sc,
@@ -50,14 +52,17 @@ def head_and_loss(
             3 * T * dims.V,
             "aten.tanh (final logit soft-capping): saves result",
         )
-    return cross_entropy(sc, dims, loss)
+    return cross_entropy(sc, dims, loss, labels_view=impl.labels_view)
 
 
-def cross_entropy(sc: Scope, dims: Dims, loss: Loss) -> tuple[Saved, tuple[Saved, ...]]:
+def cross_entropy(
+    sc: Scope, dims: Dims, loss: Loss, *, labels_view: bool = False
+) -> tuple[Saved, tuple[Saved, ...]]:
     """HF ForCausalLMLoss: ``logits.float()``, then ``cross_entropy`` = ``log_softmax`` (saves
     its fp32 output, b*s*V) + ``nll_loss`` (saves the shifted int64 labels and the fp32
     total_weight). The labels are padded to s+1 and sliced, a view when b == 1 and a copy
-    otherwise. A fused/chunked loss saves no b*s*V tensor."""
+    otherwise; ``labels_view``: the target is the batch's own (b*s) labels, flattened
+    (torchtitan ``cross_entropy_loss``). A fused/chunked loss saves no b*s*V tensor."""
     T, V = dims.T, dims.V
     logits = Saved("logits", T * V, dims.p)
     if loss is Loss.fused:
@@ -70,7 +75,7 @@ def cross_entropy(sc: Scope, dims: Dims, loss: Loss) -> tuple[Saved, tuple[Saved
         )
         return logits, ()
     logp = Saved("log_softmax", T * V, DType.fp32)
-    labels = Saved("labels", (dims.s + 1) if dims.b == 1 else T, DType.int64)
+    labels = Saved("labels", (dims.s + 1) if dims.b == 1 and not labels_view else T, DType.int64)
     sc.add("loss.log_softmax", OUT, [logp], 5 * T * V, "aten._log_softmax: saves result")
     sc.add(
         "loss.nll_loss",

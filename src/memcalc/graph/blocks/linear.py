@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memcalc.frameworks.features import Kernel
 from memcalc.graph.ops import Component, Gemm, ParamTensor, Saved
 from memcalc.graph.scope import FineTune, Scope, matmul_flops, tensor
 from memcalc.spec.training import DType
@@ -79,6 +80,7 @@ def linear(
             weights += (
                 ParamTensor(f"{name}.bias", (n_out,), kind, trainable, sc.param_dtype(name)),
             )
+    out = tensor(f"{name}.out", out_tokens, n_out, out_dtype)
     sc.add(
         name,
         comp,
@@ -94,12 +96,13 @@ def linear(
         params=n_in * n_out if trainable else 0,
         weights=weights,
         work=Gemm(tokens, n_in, n_out, _gemm_dtype(sc, comp, x), 1, x.needs_grad, trainable),
+        kernel=Kernel.mm.value,
+        outputs=(out,),
     )
     adapted = ft is not None and ft.adapts(name)
     if adapted:
         assert ft is not None
         _lora(sc, ft, name, comp, x, tokens, n_in, n_out)
-    out = tensor(f"{name}.out", out_tokens, n_out, out_dtype)
     if not (x.needs_grad or trainable or adapted):
         return Saved(out.name, out.numel, out.dtype, needs_grad=False)
     return out

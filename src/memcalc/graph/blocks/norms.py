@@ -6,6 +6,7 @@ the ops the HF module runs.
 
 from __future__ import annotations
 
+from memcalc.frameworks.features import NormKernel
 from memcalc.graph.ops import Component, ParamTensor, Saved
 from memcalc.graph.scope import Scope
 from memcalc.spec.model import Norm
@@ -161,6 +162,36 @@ def rms_norm(
     return Saved(f"{prefix}.out", numel, x.dtype, needs_grad=ig or trainable)
 
 
+def fused_rms_norm(sc: Scope, prefix: str, x: Saved, rows: int, width: int) -> Saved:
+    """``torch.nn.RMSNorm`` on CUDA: ``aten._fused_rms_norm`` (torch >= 2.8, taken by
+    ``rms_norm_symint`` in ``aten/src/ATen/native/layer_norm.cpp`` when the weight's dtype is
+    the input's). Its backward node ``FusedRmsNormBackward0`` (torch's generated
+    ``autograd/generated/Functions.h``) saves ``input_``, ``weight_`` (a parameter) and
+    ``result1_``, the rstd: one fp32 per row. The output is a new tensor in x's dtype, saved by
+    whatever reads it. Backward (``_fused_rms_norm_backward``) writes the input's gradient
+    beside the incoming one, and an fp32 per-row partial for the weight's.
+
+    >>> sc = Scope()
+    >>> out = fused_rms_norm(sc, "norm", Saved("x", 64 * 4096, DType.bf16), 64, 4096)
+    >>> sum(t.nbytes for t in sc.ops[0].saves)  # 64 x 4096 bf16 input + 64 fp32 rstd
+    524544
+    """
+    trainable, weight = _norm_weights(sc, prefix, width, False)
+    ig = x.needs_grad
+    rstd = Saved(f"{prefix}.rstd", rows, DType.fp32)
+    sc.add(
+        f"{prefix}.fused_rms_norm",
+        NORM,
+        [x, rstd] if (ig or trainable) else [],
+        4 * x.numel,
+        "aten._fused_rms_norm (FusedRmsNormBackward0): saves input, rstd and weight",
+        grads=2 * x.nbytes,
+        params=width if trainable else 0,
+        weights=weight,
+    )
+    return Saved(f"{prefix}.out", x.numel, x.dtype, needs_grad=ig or trainable)
+
+
 def norm(
     sc: Scope,
     prefix: str,
@@ -171,8 +202,17 @@ def norm(
     stat_dtype: DType,
     *,
     bias: bool = False,
+    kernel: NormKernel = NormKernel.family,
+    cpu: bool = False,
 ) -> Saved:
-    """The norm ``variant`` over ``x`` (``rows`` x ``width``)."""
+    """The norm ``variant`` over ``x`` (``rows`` x ``width``), run by ``kernel``: the family's
+    module, or ``torch.nn.RMSNorm`` -- fused on CUDA, on a CPU its composite
+    (``rms_norm_composite``: the fp32 multiply by the weight saves the fp32 normalised tensor,
+    the ``rms_norm_fp32_weight`` pattern)."""
     if variant is Norm.layer_norm:
         return layer_norm(sc, prefix, x, rows, stat_dtype, bias=bias)
+    if kernel is NormKernel.torch_rms_norm:
+        if not cpu:
+            return fused_rms_norm(sc, prefix, x, rows, width)
+        variant = Norm.rms_norm_fp32_weight
     return rms_norm(sc, prefix, x, rows, width, variant)

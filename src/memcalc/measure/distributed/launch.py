@@ -24,10 +24,19 @@ from memcalc.errors import MemcalcError
 from memcalc.measure.build import Impl
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
+from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute
 
 DEFAULT_TIMEOUT_S = 600.0
 """Seconds the N ranks may take together (a small model takes seconds; most of it imports)."""
+DEEPSPEED_TIMEOUT_S = 2400.0
+"""Under DeepSpeed: its C++ Adam ops (fused_adam, cpu_adam) and its shm communication op are
+built on first use, minutes each on a small machine (cached in ~/.cache/torch_extensions)."""
+
+
+def default_timeout(setup: TrainingSetup) -> float:
+    """The run's time limit without ``--timeout``."""
+    return DEEPSPEED_TIMEOUT_S if setup.sharding_engine.builds_ops else DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class Request:
     every: int | None = None
     device: str = "cpu"
     seed: int = 0
+    offload: tuple[Offload, ...] = ()
+    """What is offloaded (DeepSpeed's offload_optimizer / offload_param)."""
 
 
 def result_path(out: Path, rank: int) -> Path:
@@ -79,6 +90,8 @@ def launch(
         src = str(Path(__file__).resolve().parents[3])  # the folder holding memcalc/
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         env.setdefault("OMP_NUM_THREADS", "1")
+        if request.device == "cpu":
+            env.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's CPU accelerator (gloo)
         if sys.platform.startswith("linux"):
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo on the loopback interface
         log = out / "torchrun.log"

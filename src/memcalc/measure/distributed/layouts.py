@@ -27,27 +27,76 @@ import torch
 from torch import nn
 
 from memcalc.errors import MemcalcError
+from memcalc.frameworks import ShardingEngine
 from memcalc.measure.build import Impl, layer_list
 from memcalc.measure.strategies import _Member
 from memcalc.spec.model import Family, ModelSpec
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import TrainingSetup
+from memcalc.strategies.offload import Offload
 
 LLAMA_LIKE = (Family.llama, Family.mistral, Family.qwen2)
 """Families whose projections are separate q/k/v and gate/up linears (what the TP plan names)."""
 
 
-def check_layout(
-    spec: ModelSpec, setup: TrainingSetup, impl: Impl, nproc: int, device: str
-) -> None:
-    """A one-line MemcalcError when ``measure --nproc`` cannot run this layout."""
-    par = setup.parallel
+def _check_ranks(par: Parallelism, nproc: int) -> None:
     if nproc < 2:
         raise MemcalcError(f"--nproc: a parallel run needs at least 2 ranks, got {nproc}")
     if par.world_size != nproc:
         raise MemcalcError(
             f"--nproc: {nproc} ranks, but the layout has dp x tp x pp x cp = {par.world_size}"
         )
+
+
+def check_deepspeed_layout(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    impl: Impl,
+    nproc: int,
+    device: str,
+    offload: tuple[Offload, ...] = (),
+) -> None:
+    """A one-line MemcalcError when ``measure --zero-engine deepspeed --nproc`` cannot run:
+    DeepSpeed must be installed (the ``deepspeed`` extra), the HF model (``--framework hf``),
+    data parallelism only (the setup's own check), its CPU accelerator without fp16 (mkldnn's
+    fp16 support decides ``is_fp16_supported``), offload to cpu only."""
+    import importlib.util
+
+    _check_ranks(setup.parallel, nproc)
+    if importlib.util.find_spec("deepspeed") is None:
+        raise MemcalcError(
+            "--zero-engine deepspeed: DeepSpeed is not installed; install the extra without "
+            "building its ops: DS_BUILD_OPS=0 pip install --no-build-isolation '.[deepspeed]'"
+        )
+    if impl is not Impl.hf:
+        raise MemcalcError(
+            "--zero-engine deepspeed: measure runs DeepSpeed on the HF model; add --framework hf"
+        )
+    if device == "cpu" and setup.weight_dtype.value == "fp16":
+        raise MemcalcError(
+            "--precision fp16-mixed: DeepSpeed's CPU accelerator runs fp32 and bf16 only here; "
+            "use bf16-mixed or fp32"
+        )
+    if any(o.where.value != "cpu" or o.what.value == "activations" for o in offload):
+        raise MemcalcError(
+            "--offload: measure runs DeepSpeed's offload_optimizer / offload_param to cpu "
+            "(optimizer=cpu, params=cpu)"
+        )
+
+
+def check_layout(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    impl: Impl,
+    nproc: int,
+    device: str,
+    offload: tuple[Offload, ...] = (),
+) -> None:
+    """A one-line MemcalcError when ``measure --nproc`` cannot run this layout."""
+    par = setup.parallel
+    _check_ranks(par, nproc)
+    if offload:
+        raise MemcalcError("--offload: not measured under --nproc (one rank's runner only)")
     dims = [n for n in ("dp", "tp", "pp", "cp") if getattr(par, n) > 1]
     if len(dims) > 1:
         raise MemcalcError(
@@ -126,8 +175,23 @@ def check_layout(
         )
 
 
-def mechanism(par: Parallelism) -> str:
-    """The torch mechanism that runs ``par`` (for the report)."""
+LAYOUT_CHECKS = {
+    ShardingEngine.torch: check_layout,
+    ShardingEngine.deepspeed: check_deepspeed_layout,
+}
+"""What each sharding engine's ``measure --nproc`` can run."""
+
+
+def mechanism(
+    par: Parallelism, titan: str = "", engine: ShardingEngine = ShardingEngine.torch
+) -> str:
+    """The mechanism that runs ``par`` (for the report); ``titan``: torchtitan's version, whose
+    parallelize function runs it; ``engine``: the sharding engine."""
+    if engine is ShardingEngine.deepspeed:
+        return f"DeepSpeed ZeRO-{par.zero} (CPU accelerator)"
+    if titan:
+        dims = [f"{n} {getattr(par, n)}" for n in ("dp", "tp") if getattr(par, n) > 1]
+        return f"torchtitan {titan} parallelize_llama ({', '.join(dims)}; FSDP2 over dp)"
     if par.tp > 1:
         return "DTensor tensor parallel" + (" + sequence parallel" if par.sequence_parallel else "")
     if par.pp > 1:
@@ -183,10 +247,14 @@ def data_parallel(model: nn.Module, par: Parallelism, device: torch.device) -> A
     )
 
 
-def fully_sharded(model: nn.Module, par: Parallelism, device: torch.device) -> Applied:
-    """FSDP2 on every block, then the root; the unsharded parameters are not activations."""
+def fully_sharded(
+    model: nn.Module, par: Parallelism, device: torch.device, mixed: bool = False
+) -> Applied:
+    """FSDP2 on every block, then the root; the unsharded parameters are not activations.
+    ``mixed``: with ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``
+    (``--precision fsdp-bf16``) over the fp32 parameters."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     shard = par.shard_ranks
     if shard == par.dp:
@@ -195,15 +263,17 @@ def fully_sharded(model: nn.Module, par: Parallelism, device: torch.device) -> A
         mesh = init_device_mesh(
             device.type, (par.dp // shard, shard), mesh_dim_names=("replicate", "shard")
         )
+    policy = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if mixed else None
+    kwargs: dict[str, Any] = {"mesh": mesh} | ({"mp_policy": policy} if policy else {})
     parent, attr = layer_list(model)
     for block in getattr(parent, attr):
         # a segment's member (strategies._Member) runs its block only from the segment's last
         # member: the group goes on the block itself
         block = block.block if isinstance(block, _Member) else block
-        fully_shard(block, mesh=mesh, reshard_after_forward=par.fsdp_reshard)
+        fully_shard(block, reshard_after_forward=par.fsdp_reshard, **kwargs)
     # the root keeps torch's default (None: not resharded after forward, since backward needs
     # it first), as torch's documentation recommends
-    fully_shard(model, mesh=mesh)
+    fully_shard(model, **kwargs)
 
     def unsharded() -> list[torch.Tensor]:
         out: list[torch.Tensor] = []

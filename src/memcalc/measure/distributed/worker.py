@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 from memcalc.errors import MemcalcError
-from memcalc.measure.build import build_model
+from memcalc.frameworks import ShardingEngine
+from memcalc.measure.build import Impl, build_model
 from memcalc.measure.distributed.launch import Request, result_path
 from memcalc.measure.distributed.layouts import (
     Applied,
@@ -48,6 +49,10 @@ from memcalc.measure.strategies import apply_strategy, bool_dropout_masks
 def run_rank(request: Request, rank: int, local_rank: int) -> Measurement:
     """This rank's Measurement of one training step under ``request``'s layout."""
     spec, setup = request.spec, request.setup
+    if setup.sharding_engine is ShardingEngine.deepspeed:
+        from memcalc.measure.distributed.deepspeed import run_deepspeed_rank
+
+        return run_deepspeed_rank(request, rank)  # type: ignore[no-any-return]
     par = setup.parallel
     dev = torch.device(f"cuda:{local_rank}" if request.device == "cuda" else "cpu")
     if dev.type == "cuda":
@@ -57,6 +62,16 @@ def run_rank(request: Request, rank: int, local_rank: int) -> Measurement:
     notes = device_notes(spec, setup, dev)
     phase = ["building the model"]
     say = (lambda msg: print(f"[rank {rank}] {msg} ...", file=sys.stderr)) if rank == 0 else None
+    if request.impl is Impl.torchtitan:
+        from memcalc.measure.torchtitan.step import measure_rank
+
+        with _oom_as_error(phase):
+            m = measure_rank(request, dev, phase, say or _quiet)
+        label = request.recompute.value
+        notes += titan_notes(request)
+        return Measurement(
+            device=dev.type, impl="torchtitan", strategy=label, notes=tuple(notes), **m
+        )
     with (
         _oom_as_error(phase),
         bool_dropout_masks() if dev.type == "cpu" else contextlib.nullcontext(),
@@ -71,9 +86,10 @@ def run_rank(request: Request, rank: int, local_rank: int) -> Measurement:
         if par.tp > 1:
             applied = tensor_parallel(model, spec, request.impl, par, dev)
         label = apply_strategy(model, request.recompute, every=request.every)
-        if par.dp > 1:
-            layout = data_parallel if par.zero == 0 else fully_sharded
-            applied = layout(model, par, dev)
+        if par.dp > 1 and par.zero == 0:
+            applied = data_parallel(model, par, dev)
+        elif par.dp > 1:
+            applied = fully_sharded(model, par, dev, setup.precision.is_fsdp_policy)
         notes += applied.notes
         trainer = _trainer(applied.model, setup, offload_optimizer=False)
         ids = token_ids(spec, setup, request.seed, dev)
@@ -95,6 +111,22 @@ def run_rank(request: Request, rank: int, local_rank: int) -> Measurement:
 
 def _quiet(_msg: str) -> None:
     pass
+
+
+def titan_notes(request: Request) -> list[str]:
+    """What the torchtitan rank ran differently from a GPU (measure/torchtitan/__init__.py)."""
+    fw = request.setup.framework_def
+    notes = [
+        f"torchtitan {fw.version} on CPU (gloo): its model, parallelize_llama and fused AdamW; "
+        "ScaledDotProductAttention (FlexAttention has no CPU backward); FSDP2 reduce-scatter "
+        "as SUM (gloo has no PREMUL_SUM)"
+    ]
+    if fw.grads_kept:
+        notes.append(
+            "gradients kept across steps (zero_grad(set_to_none=False), as 0.3's CUDA-graphed "
+            "trainer); the graphs themselves are CUDA only"
+        )
+    return notes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from pathlib import PurePath
 from typing import Any, TypeVar
 
 from memcalc.errors import MemcalcError
+from memcalc.frameworks.features import NormKernel, RotaryCache, SdpaGqa
 from memcalc.periodic import smallest_period
 from memcalc.spec.model import Family, FamilyRules, LayerType, ModelSpec, register_family_rules
 from memcalc.validate import FieldError
@@ -105,6 +106,23 @@ class Implementation:
     sdpa_refused: str | None = None
     """Why the HF implementation refuses ``attn_implementation="sdpa"``
     (``_supports_sdpa = False``); None when it supports SDPA."""
+    module_order: tuple[str, ...] = (
+        "attn.q_proj",
+        "attn.k_proj",
+        "attn.v_proj",
+        "attn.qkv_proj",
+        "attn.o_proj",
+        "attn.",
+        "mlp.",
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    )
+    """The block's modules in the order HF's decoder layer registers them (``__init__``), as
+    op-level name prefixes: a weight takes the place of the first prefix it starts with
+    (``model.parameters()`` order; Llama's ``LlamaDecoderLayer``: self_attn (q, k, v, o),
+    mlp, input_layernorm, post_attention_layernorm). Empty: the forward order (GPT-2)."""
     param_prefix: str = "model.layers.{layer}."
     """How HF names a block's parameters: this prefix + the op-level name."""
     param_renames: Mapping[str, str] = field(default_factory=lambda: {"attn.": "self_attn."})
@@ -117,6 +135,31 @@ class Implementation:
         }
     )
     """HF names of the parameters outside the blocks."""
+
+    norm_kernel: NormKernel = NormKernel.family
+    """Which code runs the RMSNorms (the family's module, or ``torch.nn.RMSNorm``)."""
+    sdpa_gqa: SdpaGqa = SdpaGqa.hf
+    """How grouped-query attention reaches SDPA (HF's ``use_gqa_in_sdpa`` rule)."""
+    rotary_tables_saved: bool = True
+    """The rotary module makes its tables in forward (HF ``*RotaryEmbedding.forward``), once
+    for every layer; False: they are a module buffer (torchtitan's RoPE cache), not an
+    activation."""
+    rotary_gathered: bool = False
+    """Per-sequence positions are passed, so every layer gathers its own rotary table from the
+    cache (torchtitan ``_reshape_for_broadcast``: ``torch.gather`` into a (b, s, 1, width)
+    tensor, saved by the q/k multiplies): complex64 of width d/2 (``complex_rotary``), else
+    fp32 cos and sin of width 2d."""
+    qkv_copies: bool = False
+    """One fused q/k/v projection whose output is split and copied into contiguous q, k and v
+    (torchtitan 0.3 ``FusedQKVLinear``), rather than three projections or three views."""
+    rotary_cache: RotaryCache = RotaryCache.none
+    """Where the rotary table lives on the device for the whole step: nowhere worth
+    counting (HF keeps a d/2 ``inv_freq``), one cache per layer (torchtitan 0.3: every
+    attention's ``rope`` module holds ``cache``, resized to the training sequence), or one for
+    the model (0.2.2's ``freqs_cis``)."""
+    labels_view: bool = False
+    """The loss's target is a view of the batch's labels (T int64), not HF's padded and
+    shifted copy."""
 
     lora_targets: tuple[str, ...] | None = ("q_proj", "v_proj")
     """PEFT's default LoRA targets for the family

@@ -11,6 +11,7 @@ from memcalc.spec.families.base import LLAMA_NAMES, FamilyDef, HfConfig, Impleme
 from memcalc.spec.model import Activation, Family, Mlp, ModelSpec, Norm, Positions
 
 IMPL = Implementation(
+    module_order=(),  # GPT2Block registers ln_1, attn, ln_2, mlp: the forward order
     names={
         **LLAMA_NAMES,
         "attn_norm": "ln_1",

@@ -17,6 +17,8 @@ from memcalc.spec.model import Activation, Family, Mlp, ModelSpec, Norm
 from memcalc.validate import FieldError
 
 IMPL = Implementation(
+    # GPTNeoXLayer registers both norms, then attention and mlp
+    module_order=("input_layernorm", "post_attention_layernorm", "attn.", "mlp."),
     names={
         **LLAMA_NAMES,
         "qkv": "attn.query_key_value",

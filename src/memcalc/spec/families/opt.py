@@ -24,6 +24,18 @@ from memcalc.spec.model import Activation, Family, Mlp, ModelSpec, Norm, Positio
 from memcalc.validate import FieldError
 
 IMPL = Implementation(
+    # OPTDecoderLayer: self_attn (k, v, q, out_proj), self_attn_layer_norm, fc1, fc2,
+    # final_layer_norm
+    module_order=(
+        "attn.k_proj",
+        "attn.v_proj",
+        "attn.q_proj",
+        "attn.",
+        "self_attn_layer_norm",
+        "fc1",
+        "fc2",
+        "final_layer_norm",
+    ),
     names={
         **LLAMA_NAMES,
         "attn_norm": "self_attn_layer_norm",

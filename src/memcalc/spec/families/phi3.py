@@ -25,6 +25,8 @@ from memcalc.spec.model import Family, LayerType, ModelSpec
 from memcalc.validate import FieldError
 
 IMPL = Implementation(
+    # Phi3Attention registers o_proj before qkv_proj
+    module_order=("attn.o_proj", "attn.", "mlp.", "input_layernorm", "post_attention_layernorm"),
     names={**LLAMA_NAMES, "attn_dropout": "resid_attn_dropout", "mlp_dropout": "resid_mlp_dropout"},
     rotary_concat=True,
 )

@@ -1,7 +1,8 @@
 """What one rank holds at each moment of the step, mechanism by mechanism.
 
 Each parallel or sharding mechanism is one small class that says what it keeps on the GPU --
-DDP's gradient buckets (``ddp.py``), ZeRO's sharded gradients (``zero.py``), FSDP2's gathered
+DDP's gradient buckets (``ddp.py``), ZeRO-2's sharded gradients (``gradients.py``
+ShardedGradients), FSDP2's gathered
 groups and reduce-scatter input (``fsdp2.py``), offloaded gradients (``offload.py``),
 torch.distributed.pipelining's buffers and kept outputs (``pipelining.py``), DTensor's
 loss-parallel and replicated embedding gradient (``tensor_parallel.py``). ``compose`` builds a

@@ -6,14 +6,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memcalc.frameworks import PipelineRuntime, TensorParallel
+from memcalc.frameworks.features import FsdpGroups
 from memcalc.graph.ops import OpGraph
+from memcalc.optimizer import OptimizerBytes
 from memcalc.params import ParamCounts
+from memcalc.profiles import GpuProfile
 from memcalc.spec.training import TrainingSetup
+from memcalc.strategies.offload import Offload
 from memcalc.strategies.pipeline import Stage
+from memcalc.strategies.placement import Placement, place
+from memcalc.strategies.recompute import ActivationPlan
 from memcalc.strategies.residency.ddp import BucketViewGradients, DdpBuckets
 from memcalc.strategies.residency.fsdp2 import Fsdp2Gradients, Fsdp2Params, NoGather
+from memcalc.strategies.residency.fsdp2_groups import SplitRootGradients, SplitRootParams
 from memcalc.strategies.residency.gradients import ResidentGradients, ShardedGradients
-from memcalc.strategies.residency.moments import GradientTotals
+from memcalc.strategies.residency.moments import GradientHolder, GradientTotals, ParamsHolder
 from memcalc.strategies.residency.offload import OffloadedGradients
 from memcalc.strategies.residency.pipelining import (
     PipelineRetention,
@@ -38,26 +45,29 @@ TENSOR_PARALLEL: dict[TensorParallel, Callable[..., TensorParallelExtras]] = {
 }
 
 Gradients = ResidentGradients | OffloadedGradients
-Params = Fsdp2Params | NoGather
+Params = Fsdp2Params | SplitRootParams | NoGather
 
 
 @dataclass(frozen=True)
 class Residency:
     """What one rank holds beyond its activations and resident states, by mechanism."""
 
-    gradients: Gradients
-    params: Params
+    gradients: GradientHolder
+    params: ParamsHolder
     """Weights gathered beyond the rank's shards (FSDP2)."""
     pipeline: PipelineRetention
     tensor_parallel: TensorParallelExtras
     ddp: DdpBuckets | None
     """DDP's buckets (data-parallel without ZeRO)."""
+    module_buffer_bytes: int = 0
+    """The model's own buffers (torchtitan's RoPE caches)."""
 
     @property
     def buffer_bytes(self) -> int:
-        """Bytes on the GPU for the whole step beside the parameters: DDP's buckets and the
-        pipeline's receive buffers."""
-        return (self.ddp.buffer_bytes if self.ddp else 0) + self.pipeline.buffer_bytes
+        """Bytes on the GPU for the whole step beside the parameters: DDP's buckets, the
+        pipeline's receive buffers and the model's buffers."""
+        ddp = self.ddp.buffer_bytes if self.ddp else 0
+        return ddp + self.pipeline.buffer_bytes + self.module_buffer_bytes
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -65,6 +75,9 @@ class Residency:
             self.ddp.note if self.ddp else "",
             self.pipeline.note,
             self.tensor_parallel.note,
+            f"model buffers (RoPE caches) {self.module_buffer_bytes} bytes for the whole step"
+            if self.module_buffer_bytes
+            else "",
         )
         return tuple(p for p in parts if p)
 
@@ -91,6 +104,40 @@ def pipeline_retention(graph: OpGraph, setup: TrainingSetup, stage: Stage) -> Pi
     return runtime(graph, par.microbatches, stage)
 
 
+def fsdp2_groups(
+    graph: OpGraph,
+    setup: TrainingSetup,
+    counts: ParamCounts,
+    sharding: Sharding,
+    totals: GradientTotals,
+) -> tuple[Params, ResidentGradients]:
+    """FSDP2's gathered weights and gradients under the framework's grouping: the root group
+    of everything outside the blocks (``fully_shard`` per block, then the model), or
+    torchtitan's embedding and ``[norm, lm_head]`` groups (``fsdp2_groups.py``); weights are
+    gathered in the recipe's ``param_dtype``."""
+    par, fw = setup.parallel, setup.framework_def
+    block_numel = tuple(b.param_numel for b in graph.kinds)
+    gathered = setup.precision.gathered_dtype.itemsize
+    g = setup.gradient_dtype.itemsize
+    # unsharded gradients: in param_dtype under a MixedPrecisionPolicy, else the gradients'
+    unsharded = gathered if setup.precision.is_fsdp_policy else g
+    head = sum(w.numel for op in graph.epilogue for w in op.weights)
+    if fw.fsdp_groups is FsdpGroups.torchtitan and head:
+        embedding = counts.total - graph.layout.total(block_numel) - head
+        return (
+            SplitRootParams(embedding, head, block_numel, graph.layout, gathered, par.fsdp_reshard),
+            SplitRootGradients(totals, sharding, g, unsharded, fw.grads_kept),
+        )
+    params = Fsdp2Params(
+        counts.total - graph.layout.total(block_numel),
+        block_numel,
+        graph.layout,
+        gathered,
+        par.fsdp_reshard,
+    )
+    return params, Fsdp2Gradients(totals, sharding, g, unsharded)
+
+
 def compose(
     graph: OpGraph,
     setup: TrainingSetup,
@@ -109,20 +156,13 @@ def compose(
     host."""
     par = setup.parallel
     ddp = None
-    if par.dp > 1 and par.zero == 0 and not setup.precision.is_mixed:
+    if par.dp > 1 and sharding.stage == 0 and not setup.precision.is_mixed:
         ddp = DdpBuckets(counts.grad_bytes(setup.gradient_dtype.itemsize), par.bucket_view)
     gradients: ResidentGradients
     params: Params = NoGather()
-    if sharding.shards_parameters:
-        gradients = Fsdp2Gradients(totals, sharding)
-        block_numel = tuple(b.param_numel for b in graph.kinds)
-        params = Fsdp2Params(
-            counts.total - graph.layout.total(block_numel),
-            block_numel,
-            graph.layout,
-            setup.weight_dtype.itemsize,
-            par.fsdp_reshard,
-        )
+    fw = setup.framework_def
+    if sharding.shards_parameters or (fw.always_fsdp and sharding.stage >= 3):
+        params, gradients = fsdp2_groups(graph, setup, counts, sharding, totals)
     elif sharding.shards_gradients:
         gradients = ShardedGradients(totals, sharding)
     elif ddp is not None and ddp.bucket_view:
@@ -130,4 +170,65 @@ def compose(
     else:
         gradients = ResidentGradients(totals)
     held: Gradients = gradients if grads_resident else OffloadedGradients(gradients, grads_cap)
-    return Residency(held, params, pipeline, tensor_parallel, ddp)
+    return Residency(held, params, pipeline, tensor_parallel, ddp, graph.buffer_bytes)
+
+
+@dataclass(frozen=True)
+class RankInputs:
+    """What a sharding engine needs to place one rank's states and say what it holds."""
+
+    graph: OpGraph
+    setup: TrainingSetup
+    counts: ParamCounts
+    optimizer: OptimizerBytes
+    sharding: Sharding
+    offloads: tuple[Offload, ...]
+    gpu: GpuProfile
+    stage: Stage
+    extras: TensorParallelExtras
+    """The framework's tensor-parallel extras (``tensor_parallel_extras``)."""
+    totals: GradientTotals
+    stored_activation_bytes: int
+    kept_activation_bytes: int
+    """Stored activations left on the GPU (all of them unless activations=cpu)."""
+    device: str = "cuda"
+    """The kernels' device: ``cpu`` for a comparison with a CPU run."""
+    dp_rank: int | None = None
+    """The data-parallel rank to describe (None: the most loaded)."""
+    plan: ActivationPlan | None = None
+    """The recompute plan (which layers' backward replays their forward)."""
+
+    @property
+    def extra_grad_bytes(self) -> int:
+        return self.extras.embedding_grad_numel * self.setup.gradient_dtype.itemsize
+
+
+def torch_rank(inp: RankInputs) -> tuple[Placement, Residency]:
+    """PyTorch's own engine: ``placement.place`` for the states, ``compose`` for the rest
+    (every data-parallel rank alike)."""
+    setup = inp.setup
+    placed = place(
+        inp.counts,
+        setup,
+        inp.optimizer,
+        inp.sharding,
+        inp.offloads,
+        inp.gpu,
+        stored_activation_bytes=inp.stored_activation_bytes,
+        kept_activation_bytes=inp.kept_activation_bytes,
+        in_flight=inp.stage.in_flight,
+        microbatches=setup.parallel.microbatches,
+        extra_grad_bytes=inp.extra_grad_bytes,
+    )
+    rank = compose(
+        inp.graph,
+        setup,
+        inp.counts,
+        inp.sharding,
+        inp.totals,
+        pipeline=pipeline_retention(inp.graph, setup, inp.stage),
+        tensor_parallel=inp.extras,
+        grads_resident=placed.grads_resident,
+        grads_cap=placed.gpu_gradient_bytes,
+    )
+    return placed, rank

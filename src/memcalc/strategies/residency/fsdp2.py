@@ -71,6 +71,11 @@ class Fsdp2Params:
     def at_embedding(self) -> int:
         return self._gathered(0)
 
+    def at_forward(self, i: int | None) -> int | None:
+        """No forward moments of its own: a block's gathered weights in forward are at most
+        its backward's."""
+        return None
+
 
 @dataclass(frozen=True)
 class NoGather:
@@ -88,10 +93,22 @@ class NoGather:
     def at_embedding(self) -> int:
         return 0
 
+    def at_forward(self, i: int | None) -> int | None:
+        return None
+
 
 @dataclass(frozen=True)
 class Fsdp2Gradients(ShardedGradients):
-    """FSDP2's gradients (the module docstring): in a later micro-batch, as ZeRO-2's."""
+    """FSDP2's gradients (the module docstring): in a later micro-batch, as ZeRO-2's. Under
+    a MixedPrecisionPolicy the unsharded ones (the current block's, the root's) are
+    ``unsharded_bytes`` per element and the sharded ones and the reduce-scatter input
+    ``grad_bytes`` (``reduce_dtype``)."""
+
+    grad_bytes: int = 1
+    unsharded_bytes: int = 1
+
+    def _unsharded(self, value: int) -> int:
+        return value // self.grad_bytes * self.unsharded_bytes
 
     def _pending(self, i: int) -> int:
         """The last reduce-scatter's input, alive during layer ``i``'s backward: the block
@@ -109,18 +126,18 @@ class Fsdp2Gradients(ShardedGradients):
         current block's written so far are full."""
         return self.sharding.share(reduced, 2) + unreduced
 
-    def at_block(self, i: int, written: int, accumulated: bool) -> int:
+    def at_block(self, i: int, written: int, accumulated: bool, current: int = 0) -> int:
         if accumulated:
             return super().at_block(i, written, accumulated)
         t = self.totals
-        unreduced = t.head + min(written, t.block(i)) + self._pending(i)
+        unreduced = self._unsharded(t.head + min(written, t.block(i))) + self._pending(i)
         return self._split(t.before(i) - t.head, unreduced)
 
     def at_embedding(self, accumulated: bool) -> int:
         if accumulated:
             return super().at_embedding(accumulated)
         t = self.totals
-        return self._split(t.all_blocks, t.full - t.all_blocks + self._pending(-1))
+        return self._split(t.all_blocks, self._unsharded(t.full - t.all_blocks) + self._pending(-1))
 
     def extra_candidates(self) -> set[int]:
         """The first backward with a pending reduce-scatter input."""

@@ -9,8 +9,9 @@ gradient written once already (gradient accumulation).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from memcalc.strategies.residency.moments import GradientTotals
+from memcalc.strategies.residency.moments import GradientTotals, Tail
 from memcalc.strategies.sharding import Sharding
 
 
@@ -20,6 +21,9 @@ class ResidentGradients:
     DDP, ZeRO-1)."""
 
     totals: GradientTotals
+    prunes: ClassVar[bool] = True
+    """The walk may drop a backward step that a later one dominates (more gradients written
+    can only mean as many bytes or more)."""
 
     def logical(self, i: int | None, written: int, accumulated: bool) -> int:
         """Full gradient bytes written by layer ``i``'s backward moment (None: the
@@ -37,7 +41,9 @@ class ResidentGradients:
     def at_loss(self, accumulated: bool) -> int:
         return self.on_gpu(self.totals.full, 0) if accumulated else 0
 
-    def at_block(self, i: int, written: int, accumulated: bool) -> int:
+    def at_block(self, i: int, written: int, accumulated: bool, current: int = 0) -> int:
+        """Layer ``i``'s backward with ``written`` bytes of its gradients written, the last
+        ``current`` of them by the op at hand (counted in ``written`` already here)."""
         return self.on_gpu(self.logical(i, written, accumulated), self.totals.block(i))
 
     def at_embedding(self, accumulated: bool) -> int:
@@ -50,6 +56,15 @@ class ResidentGradients:
     def extra_candidates(self) -> set[int]:
         """Layers whose backward may set the peak beyond the timeline's own candidates."""
         return set()
+
+    def tail(self, accumulated: bool) -> tuple[Tail, ...]:
+        """Moments after the embedding's backward (none: the gradients just stay)."""
+        return ()
+
+    def after_loss(self, accumulated: bool) -> tuple[Tail, ...]:
+        """Moments of the LM head's and final norm's backward, between the loss's and the
+        last block's (none: their gradients are counted with the last block's)."""
+        return ()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memcalc.strategies.residency.gradients import ResidentGradients
-from memcalc.strategies.residency.moments import GradientTotals
+from memcalc.strategies.residency.moments import GradientTotals, Tail
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,9 @@ class OffloadedGradients:
     def at_loss(self, accumulated: bool) -> int:
         return min(self.inner.totals.full, self.cap) if accumulated else 0
 
-    def at_block(self, i: int, written: int, accumulated: bool) -> int:
+    prunes = True
+
+    def at_block(self, i: int, written: int, accumulated: bool, current: int = 0) -> int:
         return min(self.inner.logical(i, written, accumulated), self.cap)
 
     def at_embedding(self, accumulated: bool) -> int:
@@ -36,3 +38,9 @@ class OffloadedGradients:
 
     def extra_candidates(self) -> set[int]:
         return self.inner.extra_candidates()
+
+    def tail(self, accumulated: bool) -> tuple[Tail, ...]:
+        return ()
+
+    def after_loss(self, accumulated: bool) -> tuple[Tail, ...]:
+        return ()
