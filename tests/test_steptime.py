@@ -24,7 +24,7 @@ from memcalc.steptime.kernels import (
     tile_utilisation,
 )
 from memcalc.steptime.schedule import OVERLAP_SLOWDOWN, edge_seconds
-from memcalc.strategies.comms import Collective, Links, Window
+from memcalc.strategies.comms import Collective, Links, Window, ring_latency_s
 
 H100 = load_profile("h100-sxm-80gb")
 A100 = load_profile("a100-sxm-80gb")
@@ -146,6 +146,22 @@ def test_each_gpu_drives_its_own_nic_across_nodes():
     assert lk.wire(Collective.all_gather, 8, 8, s) == (0.0, 7 / 8 * s)
     t = lk.transfer("dp", Collective.all_gather, 1, 64, s, 0)
     assert t.seconds == pytest.approx(max(7 / 8 * s / 450e9, 7 / 64 * s / 50e9))
+
+
+def test_ring_latency_grows_with_the_ring():
+    """NCCL's ring model (tuning.cc): 8.4 us + 3.4 us per NVLink step + 9.6 us per node
+    crossing. FSDP's per-block all-gather over 512 GPUs (64 nodes): 511 steps, 63 across nodes
+    = 8.4 + 448 x 3.4 + 63 x 9.6 = 2136.4 us a call, where 8 GPUs pay 8.4 + 7 x 3.4 = 32.2 us;
+    a large 2-node all-reduce of 16 ranks: (8.4 + 28 x 3.4 + 2 x 9.6) x 1.9 = 233.32 us."""
+    assert ring_latency_s(Collective.all_gather, 512, 64, 2**30) == pytest.approx(2136.4e-6)
+    assert ring_latency_s(Collective.all_gather, 8, 1, 2**30) == pytest.approx(32.2e-6)
+    assert ring_latency_s(Collective.all_reduce, 16, 2, 2**30) == pytest.approx(233.32e-6)
+    assert ring_latency_s(Collective.send_recv, 2, 2, 2**30) == 0.0
+    lk = Links(8, 450e9, 50e9, "NVLink", "IB", efficiency=1.0)
+    t = lk.transfer("dp", Collective.all_gather, 1, 512, 2**30, 10)
+    assert t.nodes == 64
+    bandwidth = max(t.intra_bytes / 450e9, t.inter_bytes / 50e9)
+    assert t.seconds == pytest.approx(10 * 2136.4e-6 + bandwidth)
 
 
 def test_mpt13b_fsdp_on_64_gpus_hides_its_collectives_as_on_8():

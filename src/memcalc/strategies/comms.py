@@ -17,9 +17,12 @@ the two (measured: 4 GiB all-reduce over 4 x 8 B200 in 22.05 ms where one NIC ca
 whole ring would need 85.9 ms, stas00/ml-engineering ``network/README.md`` @ 744d01e). A group
 with one rank per node (stride >= gpus_per_node) puts the whole ring on each rank's NIC.
 
-Each call also pays a latency (``INTRA_NODE_LATENCY_S``, ``INTER_NODE_LATENCY_S``), and a link
-delivers ``LINK_EFFICIENCY`` of its wire rate: t = calls x latency + wire bytes /
-(efficiency x bandwidth).
+Each call also pays a latency, and a link delivers ``LINK_EFFICIENCY`` of its wire rate:
+t = calls x latency + wire bytes / (efficiency x bandwidth). The latency of a ring collective
+grows with its ring: NCCL's own model (``ring_latency_s``) charges every step of the ring, one
+per rank for an all-gather or reduce-scatter and two for an all-reduce, the node-crossing ones
+at the network's step latency; it is at least the small-message time measured on one node or
+across two (``INTRA_NODE_LATENCY_S``, ``INTER_NODE_LATENCY_S``).
 
 What each dimension sends per step (per rank, activation dtype p, micro-batch tokens T per
 rank, m micro-batches):
@@ -71,6 +74,18 @@ INTRA_NODE_LATENCY_S = 40e-6
 INTER_NODE_LATENCY_S = 136e-6
 """The same across nodes: an 8-byte all-reduce over 2 x 8 H100 took 135.8 us (nccl-tests
 all_reduce_perf, GCP A3 Mega; lessizzmore/create-a3mega-ztan-fork ``ztan-NCCL-test-result``)."""
+NCCL_RING_BASE_US = 8.4
+NCCL_RING_NVLINK_STEP_US = 3.4
+NCCL_RING_NET_STEP_US = 9.6
+"""NCCL's latency model of a ring collective with the Simple protocol (the one large messages
+use), in microseconds: ``baseLat[RING][SIMPLE]`` plus, per ring step, ``hwLat[NVLINK]`` inside a
+node and ``hwLat[NET]`` across nodes (NVIDIA/nccl ``src/graph/tuning.cc`` @ 01afd20,
+``ncclTopoTuneModel``: latency = base + (nsteps - nInterSteps) x intraLat + nInterSteps x
+interLat, nsteps = n - 1 for all-gather / reduce-scatter and 2 (n - 1) for all-reduce,
+nInterSteps = nodes - 1 and 2 (nodes - 1))."""
+NCCL_RING_PLATEAU = 1.9
+"""``ncclTopoGetAlgoTime``: a multi-node Simple ring all-reduce of at least n / 16 x 64 KiB
+pays 1.9 x that latency ("plateau effect of ring")."""
 BUCKET_BYTES = 25 * 2**20
 """Gradient bucket of torch DDP (``bucket_cap_mb`` 25): one collective per bucket."""
 
@@ -133,6 +148,8 @@ class Transfer:
     """Collective calls in one step (each pays the link's latency)."""
     links: Links
     window: Window = Window.none
+    nodes: int = 1
+    """Nodes the group spans (the ring's node crossings)."""
 
     @property
     def overlaps(self) -> bool:
@@ -153,6 +170,10 @@ class Transfer:
         NIC stream at once)."""
         lk = self.links
         latency = lk.inter_latency_s if self.inter_bytes else lk.intra_latency_s
+        if self.calls:
+            per_call = self.payload_bytes / self.calls
+            ring = ring_latency_s(self.collective, self.ranks, self.nodes, per_call)
+            latency = max(latency, ring)
         intra = self.intra_bytes / (lk.intra_bytes_per_s * lk.efficiency)
         inter = self.inter_bytes / (lk.inter_bytes_per_s * lk.efficiency)
         return self.calls * latency + max(intra, inter)
@@ -213,9 +234,32 @@ class Links:
         window: Window = Window.none,
     ) -> Transfer:
         intra, inter = self.wire(collective, stride, size, payload)
+        per_node = max(1, min(size, self.gpus_per_node // max(1, stride)))
+        nodes = -(-size // per_node) if size > 1 else 1
         return Transfer(
-            dimension, collective, size, int(payload), intra, inter, calls, self, window
+            dimension, collective, size, int(payload), intra, inter, calls, self, window, nodes
         )
+
+
+def ring_latency_s(collective: Collective, ranks: int, nodes: int, per_call_bytes: float) -> float:
+    """NCCL's latency of one ring collective call (seconds; 0 for point-to-point and
+    all-to-all, which are not rings): see ``NCCL_RING_BASE_US``.
+
+    >>> round(ring_latency_s(Collective.all_gather, 8, 1, 2**30) * 1e6, 1)  # one node
+    32.2
+    >>> round(ring_latency_s(Collective.all_gather, 512, 64, 2**30) * 1e6, 1)  # 64 nodes
+    2136.4
+    """
+    if ranks <= 1 or collective in (Collective.send_recv, Collective.all_to_all):
+        return 0.0
+    all_reduce = collective is Collective.all_reduce
+    steps = (2 if all_reduce else 1) * (ranks - 1)
+    inter = (2 if all_reduce else 1) * (nodes - 1)
+    us = NCCL_RING_BASE_US + (steps - inter) * NCCL_RING_NVLINK_STEP_US
+    us += inter * NCCL_RING_NET_STEP_US
+    if all_reduce and nodes > 1 and per_call_bytes >= ranks / 16 * 65536:
+        us *= NCCL_RING_PLATEAU
+    return us * 1e-6
 
 
 @dataclass(frozen=True)
