@@ -45,8 +45,19 @@ from memcalc.steptime import (
     runtime_of,
     step_time,
 )
-from memcalc.steptime.schedule import Windows, windows_of
-from memcalc.strategies.comms import StepShape, step_transfers
+from memcalc.steptime.schedule import (
+    Windows,
+    compose,
+    exposed_collectives,
+    offload_exposed,
+    windows_of,
+)
+from memcalc.strategies.comms import (
+    StepShape,
+    Transfer,
+    data_parallel_transfers,
+    model_parallel_transfers,
+)
 from memcalc.strategies.offload import Offload, OffloadWhat, OffloadWhere
 from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
 from memcalc.strategies.placement import HostTraffic, Placement, place
@@ -144,6 +155,9 @@ class Bounds:
         self._counts: dict[tuple[object, ...], tuple[ParamCounts, OptimizerBytes]] = {}
         self._placements: dict[tuple[int, int, int, int], Placement] = {}
         self._transfers: dict[tuple[object, ...], Windows] = {}
+        self._heads: dict[tuple[object, ...], Windows] = {}
+        self._dp: dict[tuple[object, ...], list[Transfer]] = {}
+        self.overlaps = self.runtime.overlaps
         self.links = links_of(gpu)
 
     def facts(self, layout: Candidate) -> StageFacts | None:
@@ -252,14 +266,30 @@ class Bounds:
         """The first stage's collectives (``shape``: another stage's), summed by window, with
         ``forwards`` extra forwards of recompute repeating theirs (0: a lower bound for any
         recompute)."""
-        par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
         of = shape or facts.shape
-        key = (id(of), par, forwards)
+        key = (id(of), layout.parallel, zero, forwards)
         hit = self._transfers.get(key)
         if hit is None:
-            shape = dataclasses.replace(of, recompute_forwards=forwards)
-            transfers = step_transfers(par, shape, self.links, self.runtime.overlaps)
-            hit = self._transfers[key] = windows_of(transfers, par.microbatches)
+            # the model-parallel collectives do not depend on the ZeRO stage, the
+            # data-parallel ones not on recompute: each is built once, and summed in
+            # step_transfers' order
+            head_key = (id(of), layout.parallel, forwards)
+            head = self._heads.get(head_key)
+            if head is None:
+                shape = dataclasses.replace(of, recompute_forwards=forwards)
+                m = layout.parallel.microbatches
+                head = self._heads[head_key] = windows_of(
+                    model_parallel_transfers(layout.parallel, shape, self.links, self.overlaps),
+                    m,
+                )
+            dp_key = (id(of), layout.parallel, zero)
+            dp = self._dp.get(dp_key)
+            if dp is None:
+                par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
+                dp = self._dp[dp_key] = data_parallel_transfers(
+                    par, of, self.links, self.overlaps
+                )
+            hit = self._transfers[key] = windows_of(dp, layout.parallel.microbatches, head)
         return hit
 
     def configurations(
@@ -301,9 +331,15 @@ class Bounds:
         usable = self.usable
         base_kernels = kernels_of(first)
         last_base = kernels_of(last)
+        link = self.gpu.host_link_bytes_per_s
         out: list[tuple[int, int, Recompute, int, float]] = []
         total, least = 0, (0, 0, Recompute.none, -1, 0.0)
         for zero in zeros:
+            # what does not depend on the offload choice, once per ZeRO stage: the collectives
+            # per recompute's extra forwards, and the last stage's bound per recompute
+            windows: dict[float, Windows] = {}
+            exposures: dict[tuple[float, float], tuple[float, float]] = {}
+            tails: dict[Recompute, float] = {}
             for choice in choices:
                 if par.dp > 1 and zero < REQUIRED_ZERO[choice]:
                     continue
@@ -343,38 +379,54 @@ class Bounds:
                             host.step_up,
                             host.nvme_seconds,
                         )
-                    seconds = step_time(
-                        Kernels(
-                            base_kernels.forward,
-                            base_kernels.backward,
-                            recompute,
-                            base_kernels.matmul,
-                            base_kernels.attention,
-                        ),
+                    kern = Kernels(
+                        base_kernels.forward,
+                        base_kernels.backward,
+                        recompute,
+                        base_kernels.matmul,
+                        base_kernels.attention,
+                    )
+                    # the collectives' exposure depends on the recompute, not the offload
+                    exposed = exposures.get((forwards, recompute))
+                    if exposed is None:
+                        w = windows.get(forwards)
+                        if w is None:
+                            w = windows[forwards] = self.communication(
+                                facts, layout, zero, forwards
+                            )
+                        exposed = exposures[(forwards, recompute)] = exposed_collectives(
+                            kern, m, w
+                        )
+                    seconds = compose(
+                        kern,
                         microbatches=m,
                         pp=par.pp,
                         vpp=par.vpp,
-                        windows=self.communication(facts, layout, zero, forwards),
-                        host=host,
-                        host_link_bytes_per_s=self.gpu.host_link_bytes_per_s,
+                        critical_per_micro_batch=exposed[0],
+                        critical_per_step=exposed[1],
+                        offload_seconds=offload_exposed(kern, m, host, link),
                         cpu_optimizer_seconds=placed.cpu_step_seconds,
                         optimizer_seconds=optimizer,
                     ).total_seconds
                     # the slowest stage (the LM head's, or heavier layers') takes at least
                     # its kernels and the collectives of its own layers
-                    tail = step_time(
-                        Kernels(
-                            last_base.forward,
-                            last_base.backward,
-                            last_recompute,
-                            last_base.matmul,
-                            last_base.attention,
-                        ),
-                        microbatches=m,
-                        pp=par.pp,
-                        vpp=par.vpp,
-                        windows=self.communication(facts, layout, zero, 0.0, facts.last_shape),
-                    ).total_seconds
+                    tail = tails.get(r)
+                    if tail is None:
+                        tail = tails[r] = step_time(
+                            Kernels(
+                                last_base.forward,
+                                last_base.backward,
+                                last_recompute,
+                                last_base.matmul,
+                                last_base.attention,
+                            ),
+                            microbatches=m,
+                            pp=par.pp,
+                            vpp=par.vpp,
+                            windows=self.communication(
+                                facts, layout, zero, 0.0, facts.last_shape
+                            ),
+                        ).total_seconds
                     if tail > seconds:
                         seconds = tail
                     out.append((zero, choice, r, memory, seconds))

@@ -153,10 +153,15 @@ class Windows:
     """Seconds per step of the collectives that compute can hide, by window."""
 
 
-def windows_of(transfers: Sequence[Transfer], microbatches: int) -> Windows:
-    """Sum a step's collectives by window (per micro-batch for the critical TP/EP/PP ones)."""
-    by_window: dict[Window, float] = {}
-    critical_mb = step_level = 0.0
+def windows_of(
+    transfers: Sequence[Transfer], microbatches: int, start: Windows | None = None
+) -> Windows:
+    """Sum a step's collectives by window (per micro-batch for the critical TP/EP/PP ones);
+    ``start``: the sums of the collectives before these (the same additions in the same
+    order as summing all of them at once)."""
+    by_window: dict[Window, float] = dict(start.by_window) if start is not None else {}
+    critical_mb = start.critical_per_micro_batch if start is not None else 0.0
+    step_level = start.critical_per_step if start is not None else 0.0
     for t in transfers:
         seconds = t.seconds
         if t.window is Window.none:
@@ -233,6 +238,25 @@ def step_time(
     """
     m = microbatches
     w = windows if windows is not None else windows_of(transfers, m)
+    critical_mb, step_level = exposed_collectives(kernels, m, w)
+    offload = offload_exposed(kernels, m, host, host_link_bytes_per_s)
+    return compose(
+        kernels,
+        microbatches=m,
+        pp=pp,
+        vpp=vpp,
+        critical_per_micro_batch=critical_mb,
+        critical_per_step=step_level,
+        offload_seconds=offload,
+        cpu_optimizer_seconds=cpu_optimizer_seconds,
+        optimizer_seconds=optimizer_seconds,
+    )
+
+
+def exposed_collectives(kernels: Kernels, microbatches: int, w: Windows) -> tuple[float, float]:
+    """(per micro-batch, per step) seconds of the step's collectives that no compute hides:
+    the critical ones and what each window's collectives need beyond its compute."""
+    m = microbatches
     critical_mb = w.critical_per_micro_batch
     step_level = w.critical_per_step
     backward = kernels.backward + kernels.recompute
@@ -252,21 +276,43 @@ def step_time(
                 else backward
             )
             critical_mb += overlap_exposed(seconds / m, hide)
-    offload = 0.0
-    if host is not None and host != NO_HOST_TRAFFIC:
-        link = host_link_bytes_per_s
-        offload_mb = max(
-            0.0,
-            host.forward_up / link - kernels.forward,
-            host.forward_down / link - kernels.forward,
-        )
-        offload_mb += max(
-            0.0, host.backward_up / link - backward, host.backward_down / link - backward
-        )
-        offload = m * offload_mb + max(0.0, host.step_down / link - backward)
-        offload += host.step_up / link + host.nvme_seconds
+    return critical_mb, step_level
+
+
+def offload_exposed(
+    kernels: Kernels, microbatches: int, host: HostTraffic | None, link: float
+) -> float:
+    """Seconds per step of the host / NVMe transfers no pass hides (each direction of the
+    host link on its own lanes)."""
+    if host is None or host == NO_HOST_TRAFFIC:
+        return 0.0
+    backward = kernels.backward + kernels.recompute
+    offload_mb = max(
+        0.0,
+        host.forward_up / link - kernels.forward,
+        host.forward_down / link - kernels.forward,
+    )
+    offload_mb += max(0.0, host.backward_up / link - backward, host.backward_down / link - backward)
+    offload = microbatches * offload_mb + max(0.0, host.step_down / link - backward)
+    return offload + (host.step_up / link + host.nvme_seconds)
+
+
+def compose(
+    kernels: Kernels,
+    *,
+    microbatches: int,
+    pp: int,
+    vpp: int,
+    critical_per_micro_batch: float,
+    critical_per_step: float,
+    offload_seconds: float,
+    cpu_optimizer_seconds: float,
+    optimizer_seconds: float,
+) -> StepTime:
+    """The StepTime from one micro-batch's kernels and the exposed parts."""
+    m = microbatches
     compute_mb = kernels.forward + kernels.backward + kernels.recompute
-    mb = compute_mb + critical_mb
+    mb = compute_mb + critical_per_micro_batch
     # the idle (p - 1) / v micro-batch times; the pipeline's per-micro-batch collectives are
     # charged for all m + (p - 1) / v of them as communication
     bubble = pipeline_seconds(compute_mb, 0, pp, vpp)
@@ -274,8 +320,9 @@ def step_time(
         compute_seconds=m * (kernels.forward + kernels.backward),
         recompute_seconds=m * kernels.recompute,
         bubble_seconds=bubble,
-        communication_seconds=pipeline_seconds(critical_mb, m, pp, vpp) + step_level,
-        offload_seconds=offload,
+        communication_seconds=pipeline_seconds(critical_per_micro_batch, m, pp, vpp)
+        + critical_per_step,
+        offload_seconds=offload_seconds,
         cpu_optimizer_seconds=cpu_optimizer_seconds,
         optimizer_seconds=optimizer_seconds,
         matmul_seconds=m * kernels.matmul,

@@ -308,7 +308,25 @@ DEFAULT_OVERLAPS = Overlaps()
 def step_transfers(
     par: Parallelism, shape: StepShape, links: Links, overlaps: Overlaps = DEFAULT_OVERLAPS
 ) -> list[Transfer]:
-    """Every collective of one step on one rank."""
+    """Every collective of one step on one rank: the model-parallel ones, then the
+    data-parallel ones."""
+    return model_parallel_transfers(par, shape, links, overlaps) + data_parallel_transfers(
+        par, shape, links, overlaps
+    )
+
+
+def data_parallel_transfers(
+    par: Parallelism, shape: StepShape, links: Links, overlaps: Overlaps = DEFAULT_OVERLAPS
+) -> list[Transfer]:
+    """The data-parallel collectives (they do not depend on recompute)."""
+    return _data_parallel(par, shape, links, overlaps) if par.dp > 1 else []
+
+
+def model_parallel_transfers(
+    par: Parallelism, shape: StepShape, links: Links, overlaps: Overlaps = DEFAULT_OVERLAPS
+) -> list[Transfer]:
+    """The tensor, context, expert and pipeline collectives (they do not depend on the ZeRO
+    stage)."""
     out: list[Transfer] = []
     m = par.microbatches
     act = shape.tokens * shape.hidden * shape.dtype_bytes
@@ -346,8 +364,6 @@ def step_transfers(
                 crossings,
             )
         )
-    if par.dp > 1:
-        out.extend(_data_parallel(par, shape, links, overlaps))
     return out
 
 
