@@ -338,7 +338,7 @@ class Bounds:
             # what does not depend on the offload choice, once per ZeRO stage: the collectives
             # per recompute's extra forwards, and the last stage's bound per recompute
             windows: dict[float, Windows] = {}
-            exposures: dict[tuple[float, float], tuple[float, float]] = {}
+            fixed_parts: dict[tuple[float, float], float] = {}
             tails: dict[Recompute, float] = {}
             for choice in choices:
                 if par.dp > 1 and zero < REQUIRED_ZERO[choice]:
@@ -386,28 +386,33 @@ class Bounds:
                         base_kernels.matmul,
                         base_kernels.attention,
                     )
-                    # the collectives' exposure depends on the recompute, not the offload
-                    exposed = exposures.get((forwards, recompute))
-                    if exposed is None:
+                    # kernels and collectives depend on the recompute, not on the offload:
+                    # once per (recompute, its seconds); then total_seconds' sum
+                    fixed = fixed_parts.get((forwards, recompute))
+                    if fixed is None:
                         w = windows.get(forwards)
                         if w is None:
                             w = windows[forwards] = self.communication(
                                 facts, layout, zero, forwards
                             )
-                        exposed = exposures[(forwards, recompute)] = exposed_collectives(
-                            kern, m, w
-                        )
-                    seconds = compose(
-                        kern,
-                        microbatches=m,
-                        pp=par.pp,
-                        vpp=par.vpp,
-                        critical_per_micro_batch=exposed[0],
-                        critical_per_step=exposed[1],
-                        offload_seconds=offload_exposed(kern, m, host, link),
-                        cpu_optimizer_seconds=placed.cpu_step_seconds,
-                        optimizer_seconds=optimizer,
-                    ).total_seconds
+                        exposed = exposed_collectives(kern, m, w)
+                        fixed = fixed_parts[(forwards, recompute)] = compose(
+                            kern,
+                            microbatches=m,
+                            pp=par.pp,
+                            vpp=par.vpp,
+                            critical_per_micro_batch=exposed[0],
+                            critical_per_step=exposed[1],
+                            offload_seconds=0.0,
+                            cpu_optimizer_seconds=0.0,
+                            optimizer_seconds=0.0,
+                        ).kernels_and_collectives_seconds
+                    seconds = (
+                        fixed
+                        + offload_exposed(kern, m, host, link)
+                        + placed.cpu_step_seconds
+                        + optimizer
+                    )
                     # the slowest stage (the LM head's, or heavier layers') takes at least
                     # its kernels and the collectives of its own layers
                     tail = tails.get(r)

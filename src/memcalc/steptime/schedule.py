@@ -88,13 +88,22 @@ class StepTime:
     @property
     def total_seconds(self) -> float:
         return (
+            self.kernels_and_collectives_seconds
+            + self.offload_seconds
+            + self.cpu_optimizer_seconds
+            + self.optimizer_seconds
+        )
+
+    @property
+    def kernels_and_collectives_seconds(self) -> float:
+        """Compute, recompute, bubble and exposed communication: the part of the total that
+        does not depend on where the model states live (``plan``'s bounds add the rest per
+        offload choice, in ``total_seconds``' order)."""
+        return (
             self.compute_seconds
             + self.recompute_seconds
             + self.bubble_seconds
             + self.communication_seconds
-            + self.offload_seconds
-            + self.cpu_optimizer_seconds
-            + self.optimizer_seconds
         )
 
     @property
