@@ -286,9 +286,7 @@ class Bounds:
             dp = self._dp.get(dp_key)
             if dp is None:
                 par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
-                dp = self._dp[dp_key] = data_parallel_transfers(
-                    par, of, self.links, self.overlaps
-                )
+                dp = self._dp[dp_key] = data_parallel_transfers(par, of, self.links, self.overlaps)
             hit = self._transfers[key] = windows_of(dp, layout.parallel.microbatches, head)
         return hit
 
@@ -428,9 +426,7 @@ class Bounds:
                             microbatches=m,
                             pp=par.pp,
                             vpp=par.vpp,
-                            windows=self.communication(
-                                facts, layout, zero, 0.0, facts.last_shape
-                            ),
+                            windows=self.communication(facts, layout, zero, 0.0, facts.last_shape),
                         ).total_seconds
                     if tail > seconds:
                         seconds = tail

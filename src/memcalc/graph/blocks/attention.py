@@ -129,9 +129,7 @@ def attention_core(
         return tensor(f"{prefix}.merged", T, dims.q, dims.p)
     if dims.cpu_dropout_sdpa and dropout_p > 0:
         return _cpu_math_sdpa(sc, dims, q, k, v, dropout_p, prefix=prefix)
-    return _fused_attention(
-        sc, dims, q, k, v, attention, prefix=prefix, mask=mask, window=window
-    )
+    return _fused_attention(sc, dims, q, k, v, attention, prefix=prefix, mask=mask, window=window)
 
 
 def _fused_attention(
