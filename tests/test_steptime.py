@@ -20,6 +20,7 @@ from memcalc.steptime.kernels import (
     TILE_OVERHEAD_RIDGES,
     attention_flops,
     causal_fraction,
+    gemm_pass_seconds,
     gemm_seconds,
     tile_utilisation,
 )
@@ -279,3 +280,19 @@ def test_single_mfu_model_is_still_available():
     rate = 0.4 * H100.bf16_flops_per_s
     assert math.isclose(b.time.compute_seconds, 3 * b.forward_flops / rate, rel_tol=1e-9)
     assert math.isclose(b.time.recompute_seconds, b.extra_forward_flops / rate, rel_tol=1e-9)
+
+
+def test_fp8_gemms_on_a_gpu_without_fp8_tensor_cores_run_at_the_16_bit_rate():
+    """An A100 has no fp8 tensor cores (its profile has no fp8 peak): fp8-mixed keeps its
+    memory, its GEMMs are timed as bf16 GEMMs and it casts nothing (the estimate used to stop
+    with "no dense fp8 tensor throughput")."""
+    g = Gemm(8192, 4096, 14336, DType.fp8, 1, True, True)
+    bf16 = Gemm(8192, 4096, 14336, DType.bf16, 1, True, True)
+    assert A100.fp8_flops_per_s <= 0
+    assert gemm_pass_seconds(g, A100) == gemm_pass_seconds(bf16, A100)
+    assert gemm_pass_seconds(g, H100) != gemm_pass_seconds(bf16, H100)
+    spec = preset("llama-3-8b")
+    fp8 = estimate(spec, TrainingSetup(seq=2048, precision="fp8-mixed"), A100)
+    ref = estimate(spec, TrainingSetup(seq=2048, precision="bf16-mixed"), A100)
+    assert fp8.time is not None and ref.time is not None
+    assert fp8.time.matmul_seconds == pytest.approx(ref.time.matmul_seconds)
