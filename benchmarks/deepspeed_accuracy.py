@@ -126,11 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--dtypes", default="bf16,fp32", help="bf16, fp32 or both")
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
     args = ap.parse_args(argv)
     lines, ok = [HEADER], True
     grid = itertools.product(
-        args.configs.split(","), map(int, args.stages.split(",")), ("bf16", "fp32"), (False, True)
+        args.configs.split(","),
+        map(int, args.stages.split(",")),
+        args.dtypes.split(","),
+        (False, True),
     )
     for config, stage, dtype, offload in grid:
         case = f"{config}, {stage}, {dtype}, {'cpu' if offload else '-'}"

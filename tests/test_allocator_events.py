@@ -136,12 +136,11 @@ def test_kept_bytes_per_layer_are_the_plan(recompute: str) -> None:
 @pytest.mark.parametrize(
     ("setup", "reason"),
     [
-        (dict(parallel=dict(dp=2, zero=3)), "data, pipeline, context and expert parallelism"),
+        (dict(parallel=dict(dp=2, zero=3)), "ZeRO / FSDP data parallelism"),
         (
             dict(parallel=dict(pp=2, microbatches=4)),
-            "data, pipeline, context and expert parallelism",
+            "pipeline, context and expert parallelism",
         ),
-        (dict(parallel=dict(microbatches=4)), "gradient accumulation"),
         (dict(optimizer="adamw-8bit"), "adamw-8bit's per-tensor state"),
     ],
 )

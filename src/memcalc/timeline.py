@@ -305,6 +305,7 @@ class _StepWalk:
         self.P = state.params_bytes + rank.buffer_bytes
         self.n = graph.num_layers
         self.has_loss = setup.loss is Loss.standard and graph.logits is not None
+        self.fused_loss = setup.loss is Loss.fused
         # torch.autocast caches the 16-bit weight casts until the autocast region ends (after
         # the loss): for recomputed blocks nothing else holds them, so they peak with the loss
         self.weight_cache = sum(
@@ -312,9 +313,16 @@ class _StepWalk:
             for blk, c in zip(graph.kinds, plan.fully_recomputed, strict=False)
         )
         self.block_grads = tuple(b.grad_bytes(self.g) for b in graph.kinds)
+        embedding_trains = any(w.trainable for op in graph.prologue for w in op.weights)
+        self.tied = counts.head == 0 and embedding_trains
+        # under gradient accumulation a tied head's gradient sits in the embedding's autograd
+        # input buffer beside the full gradients, from the head's backward to the embedding's
+        self.tied_buffer = counts.lm_head_numel * self.g if self.tied else 0
 
-    def walk_at(self, i: int) -> _Walk:
-        prune = self.rank.gradients.prunes
+    def walk_at(self, i: int, in_place: bool = False) -> _Walk:
+        # a later micro-batch's moments hold the op's new weight gradients (``current``),
+        # which are not monotone along the walk: every step is kept
+        prune = self.rank.gradients.prunes and not in_place
         return _walk(self.graph.block(i), layer_mode(self.plan, i), prune)
 
     def loss_moments(self, label: str, acts: int, accumulated: bool, kept: int) -> list[Moment]:
@@ -415,9 +423,13 @@ class _StepWalk:
         # the gradient entering the stage's last layer is its receive buffer (counted)
         received = rank.pipeline.grad_received and i == self.n - 1
         best = (0, "", 0, 0)
-        for st in self.walk_at(i).steps:
+        in_place = accumulated and rank.gradients.accumulates_in_place
+        buffer = self.tied_buffer if in_place else 0
+        for st in self.walk_at(i, in_place).steps:
             gr = rank.gradients.at_block(i, st.written * self.g, accumulated, st.current * self.g)
-            transient = st.transient - (st.incoming if received else 0)
+            transient = st.transient - (st.incoming if received else 0) + buffer
+            if in_place:  # the op's new weight gradients, added to .grad and dropped
+                transient += st.current * self.g
             if st.held + transient + gr > best[0] + best[2] + best[3]:
                 best = (st.held, st.name, transient, gr)
         held, name, transient, on_gpu = best
@@ -449,13 +461,22 @@ class _StepWalk:
         graph, rank, counts = self.graph, self.rank, self.counts
         if not any(op.component is Component.embedding for op in graph.prologue):
             return ()
-        embedding_trains = any(w.trainable for op in graph.prologue for w in op.weights)
-        tied = counts.head == 0 and embedding_trains
-        tied_transient = 2 * counts.lm_head_numel * self.g if tied else 0
+        tied_transient = 2 * counts.lm_head_numel * self.g if self.tied else 0
+        if accumulated and rank.gradients.accumulates_in_place:
+            # AccumulateGrad adds the new gradient in place and drops it: the tied weight's
+            # sum, or the embedding's own weight gradient, is a temporary beside them
+            # (op by op: GPT-2's position embedding's comes after the tied weight's sum)
+            tied_transient += max(
+                (
+                    sum(w.grad_bytes(self.g) for w in op.weights if w.trainable)
+                    for op in graph.prologue
+                ),
+                default=0,
+            )
         return (
             Moment(
                 "backward",
-                f"{label}embedding" + (" (tied weight add)" if tied_transient else ""),
+                f"{label}embedding" + (" (tied weight add)" if self.tied else ""),
                 self.P + rank.params.at_embedding(),
                 rank.gradients.at_embedding(accumulated),
                 self.state.optimizer_bytes,
@@ -463,6 +484,58 @@ class _StepWalk:
                 tied_transient + kept,
             ),
         )
+
+    def accumulated_head_moments(self, label: str, others: int, kept: int) -> list[Moment]:
+        """A later micro-batch's backward through the ops after the blocks (the LM head,
+        the final norm), from the last: each op's new weight gradients -- a temporary that
+        AccumulateGrad adds in place (``torch/csrc/autograd/functions/accumulate_grad.h``
+        ``accumulateGrad``: ``variable_grad += new_grad``) -- beside every gradient already
+        there, its activation gradients, and at the head the logits' gradient the loss's
+        backward made (a b*s*V tensor; the loss's saved tensors are gone). Without
+        accumulation these moments are below the loss's or the last block's (the head's
+        weight gradient is counted with the last block's); with it, the head's V x h
+        temporary can set the peak (tiny-llama b1 s16 fp32: +36,736 bytes, measured)."""
+        graph = self.graph
+        ops = [op for op in graph.epilogue if not op.name.startswith("loss.")]
+        if not ops:
+            return []
+        loss_saved = saved_bytes([op for op in graph.epilogue if op.name.startswith("loss.")])
+        logits = graph.logits.nbytes if graph.logits is not None else 0
+        logits_grad = 0
+        if self.has_loss:
+            logits_grad = self.T * self.V * 4 if self.p is DType.fp32 else logits
+        head = max((j for j, op in enumerate(ops) if not op.name.startswith("logits.")), default=-1)
+        grads = self.rank.gradients.at_loss(True)
+        acts = self.state.stored_activation_bytes + others - loss_saved
+        # a storage goes with the backward of the first op that saved it (release_variables)
+        seen: set[str] = set()
+        first_saved = []
+        for op in ops:
+            first_saved.append(sum(s.nbytes for s in op.saves if s.name not in seen))
+            seen.update(s.name for s in op.saves)
+        out = []
+        for j in range(len(ops) - 1, -1, -1):
+            op = ops[j]
+            temp = sum(w.grad_bytes(self.g) for w in op.weights if w.trainable)
+            act_grads = op.grad_bytes
+            alive = 0
+            if j == head:
+                alive = logits_grad
+                if self.has_loss or self.fused_loss:
+                    act_grads = max(0, act_grads - logits)
+            out.append(
+                Moment(
+                    "backward",
+                    f"{label}{op.name}",
+                    self.P + self.rank.params.at_loss_backward(),
+                    grads,
+                    self.state.optimizer_bytes,
+                    acts,
+                    temp + alive + act_grads + (self.tied_buffer if j <= head else 0) + kept,
+                )
+            )
+            acts -= first_saved[j]
+        return out
 
     def make_pass(
         self, label: str, others: int, accumulated: bool, pipeline: tuple[int, int]
@@ -474,6 +547,8 @@ class _StepWalk:
             label, self.state.stored_activation_bytes + others, accumulated, kept
         )
         head += self.head_moments(label, others, accumulated, kept)
+        if accumulated and self.rank.gradients.accumulates_in_place:
+            head += self.accumulated_head_moments(label, others, kept)
         tail = self.embedding_moments(label, others, accumulated, kept)
         tail += self.tail_moments(label, others, accumulated, kept)
 

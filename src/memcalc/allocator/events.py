@@ -29,11 +29,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
-from memcalc.frameworks import TensorParallel
+from memcalc.frameworks import ShardingEngine, TensorParallel
 from memcalc.graph.ops import Block, Op, OpGraph, ParamTensor, Saved
 from memcalc.params import ParamCounts
+from memcalc.spec.parallel import DDP_BUCKET_BYTES
 from memcalc.spec.training import DType, Loss, OptimizerKind, TrainingSetup
 from memcalc.strategies.recompute import ActivationPlan, Recompute, Segments
+from memcalc.strategies.residency.ddp import has_ddp_buckets
 
 ALLOC, FREE = 0, 1
 
@@ -122,12 +124,16 @@ def unmodelled(setup: TrainingSetup, *, offloaded: bool, device: str) -> str | N
     par = setup.parallel
     if device != "cuda":
         return "the allocator replay models a CUDA device"
-    if par.dp > 1 or par.pp > 1 or par.cp > 1 or par.ep > 1:
-        return "data, pipeline, context and expert parallelism are not in the event model yet"
+    if par.dp > 1 and (par.zero > 0 or setup.sharding_engine is not ShardingEngine.torch):
+        return "ZeRO / FSDP data parallelism is not in the event model yet (DDP is)"
+    if par.dp > 1 and par.tp > 1:
+        return "data parallelism beside tensor parallelism is not in the event model yet"
+    if par.dp > 1 and par.bucket_view:
+        return "DDP's gradient_as_bucket_view is not in the event model yet"
+    if par.pp > 1 or par.cp > 1 or par.ep > 1:
+        return "pipeline, context and expert parallelism are not in the event model yet"
     if par.tp > 1 and setup.framework_def.tensor_parallel is TensorParallel.dtensor:
         return "DTensor tensor parallelism is not in the event model yet"
-    if par.microbatches > 1:
-        return "gradient accumulation is not in the event model yet"
     if offloaded:
         return "offload is not in the event model yet"
     if setup.optimizer not in _STATES:
@@ -241,13 +247,53 @@ def _state_itemsize(w: ParamTensor, setup: TrainingSetup) -> int:
     return w.dtype.itemsize if w.dtype else setup.optimizer_dtype.itemsize
 
 
+DDP_FIRST_BUCKET_BYTES = 2**20
+"""``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``: DDP's first bucket closes at 1 MiB."""
+
+
+def ddp_buckets(graph: OpGraph, g: int) -> list[int]:
+    """Bytes of each DistributedDataParallel gradient bucket (``Reducer``'s
+    ``bucket.gradients``, one flat tensor per bucket, ``torch/csrc/distributed/c10d/
+    reducer.cpp`` ``initialize_buckets``) as rebuilt after the first iteration
+    (``rebuild_buckets``): the trainable parameters in the order their gradients become
+    ready -- backward, the reverse of forward -- cut by ``compute_bucket_assignment_by_size``
+    (a bucket closes once its size reaches the limit: 1 MiB for the first, ``bucket_cap_mb``
+    = 25 MiB after). One dtype, so one bucket stream; they sum to every gradient.
+
+    >>> from memcalc.spec.presets import preset
+    >>> from memcalc.graph.lower import lower
+    >>> g = lower(preset("gpt2"), TrainingSetup(precision="fp32", batch=1, seq=128))
+    >>> sizes = ddp_buckets(g, 4)
+    >>> sum(sizes) == 4 * 124439808, sizes[0] < 25 * 2**20
+    (True, True)
+    """
+    sizes: list[int] = []
+    size, limit = 0, DDP_FIRST_BUCKET_BYTES
+    for w in reversed(list(param_tensors(graph))):
+        if not w.trainable:
+            continue
+        size += w.grad_bytes(g)
+        if size >= limit:
+            sizes.append(size)
+            size, limit = 0, DDP_BUCKET_BYTES
+    if size:
+        sizes.append(size)
+    return sizes
+
+
 def persistent(tr: Trace, graph: OpGraph, setup: TrainingSetup) -> None:
-    """Parameters as the model is built, then the fp32 master copies a -mixed recipe makes
-    when its optimizer is built."""
+    """Parameters as the model is built, DDP's gradient buckets as it wraps them (data
+    parallel without ZeRO; NCCL's all-reduce runs in place on them and its own buffers are
+    outside the caching allocator), then the fp32 master copies a -mixed recipe makes when
+    its optimizer is built."""
     tr.mark("parameters")
     itemsize = setup.weight_dtype.itemsize
     for w in param_tensors(graph):
         tr.alloc(w.storage_bytes(itemsize))
+    if has_ddp_buckets(setup, setup.parallel.zero):
+        tr.mark("DDP buckets")
+        for nbytes in ddp_buckets(graph, setup.gradient_dtype.itemsize):
+            tr.alloc(nbytes)
     if setup.precision.is_mixed:
         for w in param_tensors(graph):
             if w.trainable and w.dtype is None:
@@ -306,6 +352,13 @@ class _Step:
     """Gradients alive (zero_grad frees them)."""
     tied_buffer: int | None = None
     """A tied LM head's gradient, held in the embedding's autograd input buffer."""
+    accumulating: bool = False
+    """A later micro-batch: every ``.grad`` exists, so each new weight gradient is a temporary
+    that AccumulateGrad adds in place and drops (``torch/csrc/autograd/functions/
+    accumulate_grad.h`` ``accumulateGrad``: ``variable_grad += new_grad`` when the gradient
+    is defined and grad mode is off)."""
+    temporaries: list[int] = field(default_factory=list)
+    """New weight gradients of the op at hand under accumulation, dropped after it."""
 
     @property
     def g(self) -> int:
@@ -366,12 +419,24 @@ class _Step:
 
     # -- backward --------------------------------------------------------------------------
 
+    def new_grad(self, nbytes: int) -> None:
+        """A weight gradient the backward writes: the first micro-batch's becomes ``.grad``
+        (AccumulateGrad steals it), a later one's is added in place and dropped after the op
+        (``accumulating``)."""
+        tid = self.tr.alloc(nbytes)
+        (self.temporaries if self.accumulating else self.grads).append(tid)
+
+    def drop_temporaries(self) -> None:
+        for tid in self.temporaries:
+            self.tr.free(tid)
+        self.temporaries.clear()
+
     def weight_grads_of(self, op: Op, skip: ParamTensor | None = None) -> None:
         """The gradients ``op``'s backward writes for its trainable weights (AccumulateGrad:
         the first write allocates ``.grad``)."""
         for w in op.weights:
             if w.trainable and w is not skip:
-                self.grads.append(self.tr.alloc(w.grad_bytes(self.g)))
+                self.new_grad(w.grad_bytes(self.g))
 
     def op_backward(self, op: Op, scope: object, first: list[str], rf: bool) -> None:
         """One op: its weight gradients, its activation gradients (freed after it), then the
@@ -381,6 +446,7 @@ class _Step:
         pieces = [self.tr.alloc(n) for n in grad_pieces(op, grad)]
         for tid in pieces:
             self.tr.free(tid)
+        self.drop_temporaries()
         for name in first:
             self.drop(scope, name)
 
@@ -508,23 +574,31 @@ class _Step:
             shared = [w for w in op.weights if w.trainable and w.numel == self.counts.lm_head_numel]
             if self.tied_buffer is not None and shared:
                 own = tr.alloc(shared[0].grad_bytes(self.g))
-                self.grads.append(tr.alloc(shared[0].grad_bytes(self.g)))  # the sum
+                self.new_grad(shared[0].grad_bytes(self.g))  # the sum
                 tr.free(self.tied_buffer)
                 tr.free(own)
                 self.tied_buffer = None
                 self.weight_grads_of(op, skip=shared[0])
                 tr.free(tr.alloc(op.grad_bytes))
+                self.drop_temporaries()
             else:
                 self.op_backward(op, "pro", [], rf=False)
         for key in [k for k in self.live if k[0] == "pro"]:
             self.drop(*key)
 
     def run(self, first_step: bool) -> None:
-        self.forward()
-        self.head_backward(self.loss_backward())
-        self.blocks_backward()
-        self.embedding_backward()
-        assert not self.live, f"left alive after backward: {sorted(map(str, self.live))[:5]}"
+        """One optimizer step: each micro-batch's forward and backward (later ones
+        ``accumulating``), then the optimizer step and ``zero_grad``."""
+        k = self.setup.parallel.microbatches
+        for m in range(k):
+            self.accumulating = m > 0
+            if k > 1:
+                self.tr.mark(f"micro-batch {m + 1} of {k}")
+            self.forward()
+            self.head_backward(self.loss_backward())
+            self.blocks_backward()
+            self.embedding_backward()
+            assert not self.live, f"left alive after backward: {sorted(map(str, self.live))[:5]}"
         self.tr.mark("optimizer step")
         if first_step:
             optimizer_state(self.tr, self.graph, self.setup)

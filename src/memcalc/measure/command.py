@@ -120,8 +120,6 @@ def run_measure(
             f"--nproc: a parallel layout ({par.describe()}) runs on several ranks; "
             f"add --nproc {par.world_size}"
         )
-    if par.microbatches > 1:
-        raise MemcalcError("--microbatches: gradient accumulation is measured only with --pp")
     if dev.type == "cpu" and any(o.what.value == "activations" for o in options.offload):
         raise MemcalcError(
             "--offload activations=cpu: measured on the CPU, activations are on the host "

@@ -101,6 +101,8 @@ class _Trainer:
     offloaded: bool
     autocast: torch.dtype | None = None
     """Run the forward under torch.autocast in this dtype (amp-bf16 / amp-fp16)."""
+    microbatches: int = 1
+    """Forward and backward passes per optimizer step (gradient accumulation)."""
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -162,7 +164,10 @@ def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) ->
 
         def to_main_grad(p: torch.Tensor, q: torch.Tensor) -> None:
             g = p.grad.to(q.device, torch.float32)  # type: ignore[union-attr]
-            q.grad = g if q.grad is None else q.grad + g
+            if q.grad is None:
+                q.grad = g
+            else:  # Megatron's main_grad.add_(grad): in place, under gradient accumulation
+                q.grad.add_(g)
             p.grad = None
 
         for p, q in zip(params, opt_params, strict=True):
@@ -180,6 +185,7 @@ def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) ->
         mixed,
         offload_optimizer,
         torch_dtype(setup.activation_dtype) if setup.precision.is_amp else None,
+        setup.parallel.microbatches if setup.parallel.pp == 1 else 1,
     )
 
 
@@ -319,18 +325,25 @@ def _one_step(
     and ``stage`` is told as each part starts."""
     tell = stage or (lambda _msg: None)
     trainer.zero_grad()
-    phase[0] = "forward"
-    tell(phase[0])
-    on("before_forward", None)
-    if trainer.autocast is None:
-        loss = forward_loss(trainer.model, ids)
-    else:
-        with torch.autocast(ids.device.type, dtype=trainer.autocast):
+    k = trainer.microbatches
+    for m in range(k):
+        part = f" (micro-batch {m + 1} of {k})" if k > 1 else ""
+        phase[0] = "forward" + part
+        tell(phase[0])
+        if m == 0:
+            on("before_forward", None)
+        if trainer.autocast is None:
             loss = forward_loss(trainer.model, ids)
-    on("after_forward", loss)
-    phase[0] = "backward"
-    tell(phase[0])
-    loss.backward()
+        else:
+            with torch.autocast(ids.device.type, dtype=trainer.autocast):
+                loss = forward_loss(trainer.model, ids)
+        if m == 0:
+            on("after_forward", loss)
+        phase[0] = "backward" + part
+        tell(phase[0])
+        # gradient accumulation as HF Trainer's training_step runs it: the loss divided by
+        # the accumulation steps, backward into the gradients already there
+        (loss / k if k > 1 else loss).backward()
     on("after_backward", loss)
     phase[0] = "optimizer step"
     tell(phase[0])

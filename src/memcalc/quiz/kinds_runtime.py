@@ -30,6 +30,7 @@ from memcalc.quiz.facts import ModelFacts
 from memcalc.quiz.figures import Sum, choose_scale, far_apart
 from memcalc.quiz.kinds import both, written_sum
 from memcalc.quiz.templates import LABELS, TEMPLATES
+from memcalc.quiz.words_runtime import FIT_RULES
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, Precision, TrainingSetup
 from memcalc.strategies.offload import Offload
@@ -66,8 +67,8 @@ def allocated_vs_reserved(f: ModelFacts) -> Draft | None:
     """What ``torch.cuda.max_memory_allocated()`` reports: the live tensors at the step's
     largest moment, the estimate's peak without the runtime overhead (CUDA context and library
     workspaces, which ``nvidia-smi`` shows but the allocator never hands out). The allocator's
-    own cache and fragmentation are reserved memory (``allocator``), which the explanation
-    says; the Urdu explanation still says they are not modelled (to be re-worded)."""
+    own cache and fragmentation are reserved memory (``allocator``): the explanation gives the
+    replayed reserved peak where the layout is replayed, the --headroom reserve where not."""
     b = f.base
     peak, overhead = b.peak_bytes, b.overhead_bytes
     value = b.peak.total_bytes
@@ -84,10 +85,23 @@ def allocated_vs_reserved(f: ModelFacts) -> Draft | None:
         *size_fallbacks(value),
     ]
 
+    replayed = b.reserved.modelled
+    rule = FIT_RULES["replayed" if replayed else "not_replayed"]
+
     def words(lang: Lang) -> dict[str, str]:
+        figures = {
+            "usable": size_text(scale, b.usable_bytes, lang),
+            "reserve": size_text(scale, b.reserve_bytes, lang),
+            "headroom": f"{b.headroom_fraction:.0%}",
+            "gpu_memory": size_text(scale, f.gpu.memory_bytes, lang),
+        }
+        if replayed:
+            figures["reserved"] = size_text(scale, b.reserved.reserved_peak_bytes, lang)
+            figures["fragmentation"] = size_text(scale, b.reserved.fragmentation_bytes, lang)
         return {
             "difference": written_sum(scale, lang, difference),
             "phase": LABELS[lang].get(f"phase.{b.peak.phase}", b.peak.phase),
+            "fit_rule": rule[lang].format(**figures),
         }
 
     return Draft(

@@ -28,10 +28,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "shows it, the allocator's counters do not. nvidia-smi also shows what the caching "
             "allocator has reserved from the driver (torch.cuda.memory_reserved()): at least "
             "the allocated peak, plus the free blocks it caches and the fragmentation between "
-            "them. memcalc replays torch's caching allocator over the step to count them (its "
-            "reserved column); where it cannot replay the layout yet it keeps {reserve} "
-            "({headroom} of {gpu_memory}, --headroom) free for them and calls a step fitting "
-            "only when its peak stays within {usable}.",
+            "them. {fit_rule}",
         ),
         Lang.ur: Template(
             prompt="memcalc کے تخمینے میں {gpu} پر {ctx} کے ایک ٹریننگ اسٹیپ کی پیک {peak} ہے، "
@@ -43,9 +40,7 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
             "ہے، ایلوکیٹر کے کاؤنٹر نہیں۔ nvidia-smi وہ میموری بھی دکھاتا ہے جو کیشنگ ایلوکیٹر "
             "نے ڈرائیور سے ریزرو کر رکھی ہے (torch.cuda.memory_reserved()): کم از کم ایلوکیٹڈ "
             "پیک جتنی، اور اس کے علاوہ وہ خالی بلاکس جو وہ کیش کرتا ہے اور ان کے بیچ کی "
-            "فریگمنٹیشن۔ memcalc ابھی ان بلاکس کا ماڈل نہیں بناتا؛ وہ ان کے لیے {reserve} "
-            "({gpu_memory} کا {headroom}، --headroom) خالی رکھتا ہے اور اسٹیپ کو تب ہی فٹ مانتا "
-            "ہے جب اس کی پیک {usable} کے اندر رہے۔",
+            "فریگمنٹیشن۔ {fit_rule}",
         ),
     },
     "fp8-activations": {
@@ -263,3 +258,27 @@ MISTAKES: dict[Lang, dict[str, str]] = {
     },
 }
 """What each distractor of these questions stands for."""
+
+
+FIT_RULES: dict[str, dict[Lang, str]] = {
+    "replayed": {
+        Lang.en: "memcalc replays torch's caching allocator over the step to count them: here "
+        "it reserves {reserved} ({fragmentation} beside the tensors alive at that moment), and "
+        "the step fits when the replay finishes within {usable}.",
+        Lang.ur: "memcalc اسٹیپ پر torch کے کیشنگ ایلوکیٹر کو دوبارہ چلا کر انہیں گنتا ہے: "
+        "یہاں وہ {reserved} ریزرو کرتا ہے (اس لمحے زندہ ٹینسرز کے علاوہ {fragmentation})، اور "
+        "اسٹیپ تب فٹ ہے جب یہ ری پلے {usable} کے اندر مکمل ہو۔",
+    },
+    "not_replayed": {
+        Lang.en: "memcalc replays torch's caching allocator over the step to count them where "
+        "it can; this layout it cannot replay yet, so it keeps {reserve} ({headroom} of "
+        "{gpu_memory}, --headroom) free for them and calls a step fitting only when its peak "
+        "stays within {usable}.",
+        Lang.ur: "memcalc جہاں ممکن ہو اسٹیپ پر torch کے کیشنگ ایلوکیٹر کو دوبارہ چلا کر "
+        "انہیں گنتا ہے؛ اس لے آؤٹ کو وہ ابھی ری پلے نہیں کر سکتا، اس لیے ان کے لیے {reserve} "
+        "({gpu_memory} کا {headroom}، --headroom) خالی رکھتا ہے اور اسٹیپ کو تب ہی فٹ مانتا ہے "
+        "جب اس کی پیک {usable} کے اندر رہے۔",
+    },
+}
+"""How the verdict is reached, in the allocated-vs-reserved explanation: by the replay where
+the layout is replayed, by the --headroom reserve where it is not."""

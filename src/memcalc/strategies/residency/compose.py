@@ -16,7 +16,7 @@ from memcalc.strategies.offload import Offload
 from memcalc.strategies.pipeline import Stage
 from memcalc.strategies.placement import Placement, place
 from memcalc.strategies.recompute import ActivationPlan
-from memcalc.strategies.residency.ddp import BucketViewGradients, DdpBuckets
+from memcalc.strategies.residency.ddp import BucketViewGradients, DdpBuckets, has_ddp_buckets
 from memcalc.strategies.residency.fsdp2 import Fsdp2Gradients, Fsdp2Params, NoGather
 from memcalc.strategies.residency.fsdp2_groups import SplitRootGradients, SplitRootParams
 from memcalc.strategies.residency.gradients import ResidentGradients, ShardedGradients
@@ -156,7 +156,7 @@ def compose(
     host."""
     par = setup.parallel
     ddp = None
-    if par.dp > 1 and sharding.stage == 0 and not setup.precision.is_mixed:
+    if has_ddp_buckets(setup, sharding.stage):
         ddp = DdpBuckets(counts.grad_bytes(setup.gradient_dtype.itemsize), par.bucket_view)
     gradients: ResidentGradients
     params: Params = NoGather()

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.residency.gradients import ResidentGradients
+
+
+def has_ddp_buckets(setup: TrainingSetup, stage: int) -> bool:
+    """DDP's buckets exist: data parallel without ZeRO (``stage`` 0), and not a -mixed recipe
+    (whose fp32 main-gradient buffer, as Megatron / DeepSpeed run it, is what is reduced)."""
+    return setup.parallel.dp > 1 and stage == 0 and not setup.precision.is_mixed
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,11 @@ class ResidentGradients:
     prunes: ClassVar[bool] = True
     """The walk may drop a backward step that a later one dominates (more gradients written
     can only mean as many bytes or more)."""
+    accumulates_in_place: ClassVar[bool] = True
+    """Under gradient accumulation a later micro-batch's new weight gradient is a temporary
+    beside the ``.grad`` it is added to (AccumulateGrad: ``variable_grad += new_grad`` when the
+    gradient exists and grad mode is off, ``torch/csrc/autograd/functions/accumulate_grad.h``
+    ``accumulateGrad``)."""
 
     def logical(self, i: int | None, written: int, accumulated: bool) -> int:
         """Full gradient bytes written by layer ``i``'s backward moment (None: the
@@ -73,6 +78,9 @@ class ShardedGradients(ResidentGradients):
     gradient, beside the current block's full gradients until their reduce-scatter."""
 
     sharding: Sharding = Sharding()
+    accumulates_in_place: ClassVar[bool] = False
+    """The current block's full gradients are written afresh each micro-batch and reduced into
+    the shard: the first pass's bytes, no temporary beyond them."""
 
     def on_gpu(self, value: int, bucket: int) -> int:
         return self.sharding.share(value, 2) + bucket

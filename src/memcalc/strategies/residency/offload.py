@@ -27,6 +27,8 @@ class OffloadedGradients:
 
     prunes = True
 
+    accumulates_in_place = False
+
     def at_block(self, i: int, written: int, accumulated: bool, current: int = 0) -> int:
         return min(self.inner.logical(i, written, accumulated), self.cap)
 

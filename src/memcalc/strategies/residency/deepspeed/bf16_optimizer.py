@@ -41,6 +41,7 @@ class Bf16OptimizerGradients:
     reduce_copy: int
     """Bytes of the all-reduce's cast of the fp32 buffer (0 when it is reduced in fp32)."""
     prunes = True
+    accumulates_in_place = False
 
     @property
     def _full(self) -> int:

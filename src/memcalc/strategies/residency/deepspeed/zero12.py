@@ -127,6 +127,7 @@ class Zero12Gradients:
     """Gradient buffers on the device for the whole run (offload's staging buffers; on the
     CPU accelerator its host fp32 gradient partition too)."""
     prunes = False
+    accumulates_in_place = False
 
     @property
     def _full(self) -> int:

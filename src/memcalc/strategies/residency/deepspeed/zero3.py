@@ -127,6 +127,7 @@ class Zero3Gradients:
     """Offload: the fp64 norms of the partitions' gradients (``norm_for_param_grads``), from
     the epilogue to the step."""
     prunes = False
+    accumulates_in_place = False
 
     @cached_property
     def flushes(self) -> tuple[Flush, ...]:
