@@ -136,3 +136,32 @@ def test_ddp_events_peak_is_the_timeline_peak(
     peak, at = st.trace.live_peak(st.measured_from)
     assert peak == b.peak.total_bytes, (st.trace.label_at(at), b.peak.where)
     assert b.reserved.modelled
+
+
+def test_later_micro_batches_repeat_the_third() -> None:
+    """The replay stops at ``REPLAYED_MICROBATCHES``: replaying every one of 8 gives the same
+    reserved peak and allocated peak (the events of micro-batches 2..8 are alike)."""
+    from memcalc.alloc_conf import AllocConf
+    from memcalc.allocator import events, replay
+
+    spec = load_model("tests/data/hf/tiny/qwen3.json")
+    ts = _setup(precision="bf16", framework="hf", batch=2, seq=64, parallel=dict(microbatches=8))
+    b = estimate(spec, ts, H100, Options())
+    g = lower_cached(spec, ts, device="cuda")
+    capped = replay(
+        step_trace(g, b.activation_plan, b.setup, b.params),
+        AllocConf(),
+        device_memory=H100.memory_bytes,
+    )
+    saved = events.REPLAYED_MICROBATCHES
+    try:
+        events.REPLAYED_MICROBATCHES = 8
+        full = replay(
+            step_trace(g, b.activation_plan, b.setup, b.params),
+            AllocConf(),
+            device_memory=H100.memory_bytes,
+        )
+    finally:
+        events.REPLAYED_MICROBATCHES = saved
+    assert full.reserved_peak_bytes == capped.reserved_peak_bytes
+    assert full.allocated_peak_bytes == capped.allocated_peak_bytes

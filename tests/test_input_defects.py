@@ -168,7 +168,10 @@ def test_header_states_total_parameters_and_the_ranks_share():
         "1",
     ]
     out = run_cli("estimate", *args).stdout
-    assert out.startswith("llama-3-70b (70,553,706,496 parameters; 2,270,756,864 on this rank)")
+    # the rank's share under Megatron (the --tp default): the vocabulary padded to a multiple of
+    # 128 x tp (vocab_size_with_padding): 128,256 -> 129,024 rows, 96 more per rank x 8,192
+    share = 2_270_756_864 + (129_024 - 128_256) // 8 * 8192
+    assert out.startswith(f"llama-3-70b (70,553,706,496 parameters; {share:,} on this rank)")
     single = run_cli("estimate", "--model", "llama-3-70b").stdout
     assert single.startswith("llama-3-70b (70,553,706,496 parameters) on")
 

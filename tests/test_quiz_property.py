@@ -39,6 +39,7 @@ from memcalc.quiz.generate import KINDS, model_questions, strategy_label
 from memcalc.quiz.kinds_finetune import frozen_words
 from memcalc.quiz.templates import LABELS
 from memcalc.report.estimate import describe, glance
+from memcalc.spec.compat import framework_fallback
 from memcalc.spec.finetune import ALL_LINEAR, LoraSpec, Quantize
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
@@ -121,8 +122,12 @@ class Oracle:
     ) -> Breakdown | None:
         key = (setup or self.setup, options)
         if key not in self.cache:
+            run = key[0]
+            fallback = framework_fallback(self.spec, run)  # as memcalc estimate falls back
+            if fallback is not None:
+                run = run.replace(framework=fallback.value)
             try:
-                self.cache[key] = estimate(self.spec, key[0], self.gpu, options)
+                self.cache[key] = estimate(self.spec, run, self.gpu, options)
             except MemcalcError:
                 self.cache[key] = None
         return self.cache[key]

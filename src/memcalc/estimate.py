@@ -11,12 +11,14 @@ from functools import cached_property
 
 from memcalc.allocator.events import unmodelled
 from memcalc.allocator.reserved import Reserved, reserved_for
+from memcalc.frameworks import ModelCode
 from memcalc.frameworks.features import Checkpointing
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import Block, Component, Gemm, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts, setup_param_counts
 from memcalc.profiles import GpuProfile
+from memcalc.spec.megatron_setup import for_gpu
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
@@ -34,8 +36,13 @@ from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
 from memcalc.strategies.placement import Placement, gpu_activation_bytes
 from memcalc.strategies.recompute import ActivationPlan
 from memcalc.strategies.residency import Residency
-from memcalc.strategies.residency.compose import RankInputs, tensor_parallel_extras
+from memcalc.strategies.residency.compose import (
+    RankInputs,
+    held_activations,
+    tensor_parallel_extras,
+)
 from memcalc.strategies.residency.engines import rank_of
+from memcalc.strategies.residency.megatron_schedule import stage_chunks
 from memcalc.strategies.sharding import Sharding, sharding_of
 from memcalc.timeline import Moment, RankState, Timeline, gradient_totals, step_timeline
 
@@ -78,7 +85,12 @@ class Breakdown:
     optimizer_detail: OptimizerBytes
     assumptions: tuple[str, ...] = field(default=())
     buffer_bytes: int = 0
-    """Communication buffers on the GPU throughout (DDP's gradient buckets)."""
+    """Communication buffers and workspaces on the GPU throughout (DDP's gradient buckets,
+    library GEMM workspaces, the distributed optimizer's padding)."""
+    between_steps_bytes: int = 0
+    """Allocated on the GPU after the optimizer step (what ``torch.cuda.memory_allocated``
+    reads between steps): parameters, optimizer states, buffers and workspaces, and the
+    gradients where the framework keeps them (Megatron's gradient buffer)."""
     stage: str = ""
     """The pipeline stage this breakdown is of ("" without pipeline parallelism)."""
     stages: tuple[Breakdown, ...] = ()
@@ -263,10 +275,12 @@ def estimate(
     if setup.dropout is not None:
         spec = spec.with_dropout(setup.dropout)
         setup = setup.replace(dropout=None)
+    setup = for_gpu(setup, gpu.compute_capability)
     graph = graph or lower_cached(spec, setup, device=device)
     tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
     par = setup.parallel
-    stages = pipeline_stages(graph, par, tied=spec.tie_embeddings)
+    chunks = stage_chunks(graph.num_layers, setup)
+    stages = pipeline_stages(graph, par, tied=spec.tie_embeddings, chunks=chunks)
     notes: tuple[str, ...] = (tied, *_architecture_notes(spec, setup))
     if par.pp > 1:
         split = ", ".join(str(st.layers) for st in stages)
@@ -282,7 +296,14 @@ def estimate(
     done: dict[tuple[object, ...], Breakdown] = {}
     results = []
     for st in stages:
-        key = (st.graph.layout, st.is_first, st.is_last, st.in_flight, st.in_flight_later)
+        key = (
+            st.graph.layout,
+            st.is_first,
+            st.is_last,
+            st.in_flight,
+            st.in_flight_later,
+            st.index if st.chunks else 0,
+        )
         if key not in done:
             counts = stage_param_counts(spec, setup, graph, st)
             done[key] = estimate_graph(
@@ -385,7 +406,8 @@ def estimate_graph(
         stage = Stage(0, 0, graph, k, later, True, True)
     opt = optimizer_bytes(setup, counts, device)
     plan = _plan(graph, options, setup.framework_def.checkpointing)
-    sharding = sharding_of(par, setup.framework_def)
+    instances = setup.megatron_options.distributed_optimizer_instances
+    sharding = sharding_of(par, setup.framework_def, instances if setup.megatron else 1)
     extras = tensor_parallel_extras(setup, graph, embedding)
     extra_grad_bytes = extras.embedding_grad_numel * setup.gradient_dtype.itemsize
     gpu_acts = gpu_activation_bytes(
@@ -421,6 +443,8 @@ def estimate_graph(
         placed.activations_offloaded,
         None if placed.grads_resident else placed.gpu_gradient_bytes,
     )
+    layer_bytes = [plan.layer_stored(i) for i in range(graph.num_layers)]
+    first, later = held_activations(setup, stage, layer_bytes, gpu_acts - sum(layer_bytes))
     timeline = step_timeline(
         graph,
         plan,
@@ -428,10 +452,8 @@ def estimate_graph(
         counts,
         state,
         rank,
-        others_first=(stage.in_flight - 1) * gpu_acts,
-        others_later=(
-            max(stage.in_flight_later - 1, 0) * gpu_acts if par.microbatches > 1 else None
-        ),
+        others_first=first,
+        others_later=later if par.microbatches > 1 else None,
         first_layer=stage.first_layer,
     )
     runtime = options.runtime or runtime_of(setup)
@@ -463,8 +485,8 @@ def estimate_graph(
         parameter_bytes=placed.gpu_parameter_bytes,
         gradient_bytes=placed.gpu_gradient_bytes,
         optimizer_bytes=placed.gpu_optimizer_bytes,
-        activation_bytes=gpu_acts * stage.in_flight,
-        activation_by_component={k: v * stage.in_flight for k, v in comp.items()},
+        activation_bytes=gpu_acts + first,
+        activation_by_component=_scaled(comp, gpu_acts + first, gpu_acts),
         overhead_bytes=gpu.runtime_overhead_bytes,
         peak=timeline.peak,
         timeline=timeline,
@@ -483,12 +505,48 @@ def estimate_graph(
             setup, gpu, options, notes, opt, counts, sharding, placed, rank, device
         ),
         buffer_bytes=rank.buffer_bytes,
+        between_steps_bytes=placed.gpu_parameter_bytes
+        + placed.gpu_optimizer_bytes
+        + rank.buffer_bytes
+        + rank.gradients.between_steps()
+        + rank.pipeline.after_step
+        + sharding.share(opt.persistent_temporary_bytes, 1),
         stage=stage.label if par.pp > 1 else "",
         transfers=transfers,
         time=time,
         graph=graph,
         device=device,
     )
+
+
+def _hf_kernels(setup: TrainingSetup) -> str:
+    return f"attention kernel {setup.attention.value}; loss {setup.loss.value}"
+
+
+def _megatron_kernels(setup: TrainingSetup) -> str:
+    opts = setup.megatron_options
+    return (
+        f"Megatron-core GPT ({opts.transformer_impl.value} layers): attention backend "
+        f"{opts.attention_backend.value}, vocab-parallel cross-entropy (fusion "
+        f"{opts.cross_entropy_fusion.value}), TE FusedAdam"
+        + ("" if opts.fused_adam else " unavailable: torch AdamW")
+        + (f", recompute modules {', '.join(opts.recompute_modules)}")
+    )
+
+
+KERNEL_NOTES = {
+    ModelCode.hf: _hf_kernels,
+    ModelCode.ours: _hf_kernels,
+    ModelCode.torchtitan: _hf_kernels,
+    ModelCode.megatron_core: _megatron_kernels,
+}
+"""The assumption line naming the kernels of each framework's model code."""
+
+
+def _scaled(comp: dict[str, int], held: int, one: int) -> dict[str, int]:
+    """One micro-batch's activations by component, scaled to the ``held`` bytes of the
+    micro-batches in flight."""
+    return {k: v * held // max(one, 1) for k, v in comp.items()}
 
 
 def _assumptions(
@@ -515,7 +573,7 @@ def _assumptions(
             if setup.precision.is_amp
             else ""
         ),
-        f"attention kernel {setup.attention.value}; loss {setup.loss.value}",
+        KERNEL_NOTES[setup.framework_def.model_code](setup),
         *notes,
         f"runtime overhead {gpu.runtime_overhead_bytes} bytes from the GPU profile "
         "(context + workspaces)",

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memcalc.frameworks import OptimizerImpl
 from memcalc.params import BNB_BLOCK, ParamCounts
-from memcalc.spec.training import OptimizerKind, TrainingSetup
+from memcalc.spec.training import DType, OptimizerKind, TrainingSetup
 
 _STATES_PER_PARAM = {
     OptimizerKind.sgd: 0,
@@ -41,6 +42,9 @@ class OptimizerBytes:
     step_temporary_bytes: int
     """Transient allocations inside ``optimizer.step()``."""
 
+    persistent_temporary_bytes: int = 0
+    """The part of ``step_temporary_bytes`` still allocated after the step, until the next
+    step's ``zero_grad`` (Megatron's fp32 main-parameter gradients)."""
     step_on_device: bool = True
     """torch keeps ``step`` on the parameters' device only for fused or capturable Adam
     (``adam.py`` ``_init_group``: ``torch.tensor(0.0)`` -- a CPU tensor -- otherwise); on a
@@ -81,9 +85,27 @@ def optimizer_bytes(
     else:
         state = _STATES_PER_PARAM[kind] * (recipe * state_size + counts.fixed_bytes)
     master = 4 * recipe if setup.precision.is_mixed else 0
+    megatron = setup.framework_def.optimizer is OptimizerImpl.te_fused_adam
+    main_grads = _main_grad_copies(setup, recipe) if megatron else 0
+    if megatron and setup.megatron_options.fused_adam:
+        # TE FusedAdam (fused_adam.py FusedAdam.step): group["step"] is a Python int and the
+        # multi-tensor kernel updates in place -- no step tensors, no temporaries
+        return OptimizerBytes(state, master, 0, main_grads, main_grads, True)
     step = 4 * counts.tensors if kind in _HAS_STEP_TENSOR else 0
     on_device = device == "cpu" or setup.optimizer_fused
-    return OptimizerBytes(state, master, step, _step_temporaries(setup, counts), on_device)
+    temporaries = _step_temporaries(setup, counts) + main_grads
+    return OptimizerBytes(state, master, step, temporaries, main_grads, on_device)
+
+
+def _main_grad_copies(setup: TrainingSetup, numel: int) -> int:
+    """Megatron's fp32 main-parameter gradients: ``_copy_model_grads_to_main_grads``
+    (``megatron/core/optimizer/optimizer.py``: ``main_param.grad = model_param.main_grad
+    .float()``; the distributed optimizer likewise per shard) is a new fp32 tensor unless the
+    gradient buffer is fp32 already; it lives from the step until the next step's
+    ``zero_grad``."""
+    if not setup.precision.is_mixed or setup.gradient_dtype is DType.fp32:
+        return 0
+    return 4 * numel
 
 
 def _step_temporaries(setup: TrainingSetup, counts: ParamCounts) -> int:

@@ -189,6 +189,13 @@ class GpuProfile:
         gt=0,
         le=1,
     )
+    compute_capability: float = spec_field(
+        "CUDA compute capability major.minor (0: not a CUDA device); Transformer Engine picks "
+        f"its attention backend and workspace sizes by it. {_REF} (9.0).",
+        default=9.0,
+        ge=0,
+        le=20,
+    )
     runtime_overhead_bytes: int = spec_field(
         f"Assumed CUDA/ROCm context + library workspaces outside tensors. {_REF} (1 GiB).",
         default=GIB,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from memcalc.graph.layout import LayerLayout
-from memcalc.graph.ops import Block, Component, OpGraph, saved_bytes
+from memcalc.graph.ops import Block, Component, LossPeaks, OpGraph, saved_bytes
 from memcalc.params import ParamCounts
 from memcalc.spec.training import DType, Loss, TrainingSetup
 from memcalc.strategies.recompute import ActivationPlan, Recompute, Segments
@@ -330,14 +330,21 @@ class _StepWalk:
         if not self.has_loss:
             return []
         T, V, rank, OPT = self.T, self.V, self.rank, self.state.optimizer_bytes
-        logits = self.graph.logits.nbytes  # type: ignore[union-attr]
-        logits += (T * V * 4 if self.p is not DType.fp32 else 0) + self.weight_cache
+        peaks = self.graph.loss_peaks
+        if peaks is None:  # HF ForCausalLMLoss (the docstring of step_timeline)
+            peaks = LossPeaks(
+                self.graph.logits.nbytes  # type: ignore[union-attr]
+                + (T * V * 4 if self.p is not DType.fp32 else 0),
+                2 * T * V * 4,
+            )
+        logits, loss_grads = peaks.forward_bytes, peaks.backward_bytes
+        logits += self.weight_cache
         extra = rank.tensor_parallel.loss_bytes
         grads = rank.gradients.at_loss(accumulated)
         return [
             Moment(
                 "forward",
-                f"{label}loss: log_softmax",
+                f"{label}{peaks.forward_where}",
                 self.P + rank.params.at_loss_forward(),
                 grads,
                 OPT,
@@ -346,12 +353,12 @@ class _StepWalk:
             ),
             Moment(
                 "backward",
-                f"{label}loss: _log_softmax_backward_data",
+                f"{label}{peaks.backward_where}",
                 self.P + rank.params.at_loss_backward(),
                 grads,
                 OPT,
                 acts,
-                2 * T * V * 4 + extra + kept,
+                loss_grads + extra + kept,
             ),
         ]
 

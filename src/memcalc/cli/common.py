@@ -10,7 +10,7 @@ import click
 
 from memcalc.cli.options import options
 from memcalc.errors import MemcalcError
-from memcalc.frameworks import FRAMEWORKS, FrameworkName, TensorParallel
+from memcalc.frameworks import FRAMEWORKS, FrameworkName, ModelCode, TensorParallel
 from memcalc.inputs import catalog
 from memcalc.inputs.flags import Flag, choice_of, optional_text
 from memcalc.report import Format
@@ -77,6 +77,8 @@ def measured_code(framework: FrameworkName | None, impl: str | None) -> str:
             raise MemcalcError(f"--impl {impl} and --framework {framework.value} disagree")
         framework = name
     chosen = FRAMEWORKS[framework or FrameworkName.reference]
+    if chosen.model_code is ModelCode.megatron_core:
+        raise MemcalcError(MEGATRON_ON_CPU)
     if chosen.tensor_parallel is TensorParallel.megatron:
         raise MemcalcError(
             f"--framework: measure runs hf, reference (transformers or memcalc's model with "
@@ -84,6 +86,20 @@ def measured_code(framework: FrameworkName | None, impl: str | None) -> str:
             "run here"
         )
     return chosen.model_code.value
+
+
+MEGATRON_ON_CPU = (
+    "--framework megatron: measure does not run Megatron-core, and on a CPU it cannot "
+    "(megatron-core 0.16.1): Transformer Engine needs CUDA, and even the local spec stops at "
+    "tensor_parallel/random.py:235 (torch.cuda.get_rng_state in model_parallel_cuda_manual_"
+    "seed), distributed/param_and_grad_buffer.py:800 (buffers on torch.cuda.current_device), "
+    "optimizer/optimizer.py:481 and pipeline_parallel/schedules.py:596 (device='cuda'); "
+    "memcalc estimate --framework megatron estimates it, benchmarks/megatron_golden.py checks "
+    "it against Megatron-LM's CI"
+)
+"""Why ``measure --framework megatron`` cannot run (read in megatron-core 0.16.1 on CPU torch
+with gloo: with those calls shimmed, forward and backward of the local spec run, and the
+optimizer and every schedule still stop at their hard-coded ``device="cuda"``)."""
 
 
 def say(lines: tuple[str, ...]) -> None:

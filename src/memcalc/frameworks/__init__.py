@@ -71,8 +71,50 @@ class ModelCode(str, Enum):
     readable file."""
     hf = "hf"
     """Hugging Face transformers' modeling files."""
+    megatron_core = "megatron-core"
+    """Megatron-core's ``GPTModel`` with Transformer Engine's fused layers
+    (``graph/blocks/megatron/``): ``TELayerNormColumnParallelLinear``, fused bias-GeLU /
+    SwiGLU and rope, TE core attention by backend, vocab-parallel cross-entropy in place.
+    Estimated only: it needs CUDA to run (``measure`` says where it stops)."""
     torchtitan = "torchtitan"
     """torchtitan's own models and ``parallelize_*`` functions (``measure/torchtitan/``)."""
+
+
+class OptimizerImpl(str, Enum):
+    """Whose optimizer steps the parameters."""
+
+    torch = "torch"
+    """``torch.optim`` (AdamW): a ``step`` tensor per parameter tensor, and with ``foreach``
+    (the CUDA default) temporaries the size of all parameters during ``step()``."""
+    te_fused_adam = "te-fused-adam"
+    """Transformer Engine ``FusedAdam`` (``transformer_engine/pytorch/optimizers/fused_adam.py``
+    ``FusedAdam.step``), Megatron-core's Adam (``megatron/core/optimizer/__init__.py``): one
+    multi-tensor kernel updating in place, the step count a Python int per parameter group --
+    no temporaries, no step tensors; states created at the first step."""
+
+
+class GradientStore(str, Enum):
+    """Where the parameters' gradients live."""
+
+    param_grads = "param-grads"
+    """Each parameter's ``.grad``, allocated as backward writes it and freed by
+    ``zero_grad(set_to_none=True)`` after the step (torch DDP / FSDP2, HF Trainer)."""
+    main_grad_buffer = "main-grad-buffer"
+    """Megatron-core DDP's contiguous ``main_grad`` buffer
+    (``megatron/core/distributed/param_and_grad_buffer.py`` ``_ParamAndGradBuffer.__init__``:
+    ``torch.zeros(numel, dtype=grad_dtype)``), allocated when the model is wrapped and zeroed,
+    not freed, every step: on the GPU throughout."""
+
+
+class Workspaces(str, Enum):
+    """Library workspaces the framework allocates through the caching allocator (counted in
+    ``torch.cuda.memory_allocated``, unlike the CUDA context)."""
+
+    none = "none"
+    """Nothing modelled beyond the tensors (the profile's runtime overhead stands for them)."""
+    te_cublas = "te-cublas"
+    """Transformer Engine's cuBLAS workspace and PyTorch's cuBLAS workspaces
+    (``strategies/residency/workspaces.py``)."""
 
 
 class ShardingEngine(str, Enum):
@@ -121,8 +163,9 @@ class FrameworkName(str, Enum):
     parallelism, DTensor for tensor parallelism, torch.distributed.pipelining for pipelines
     (what ``memcalc measure --framework hf --nproc`` runs)."""
     megatron = "megatron"
-    """Megatron-LM's tensor / sequence / pipeline-parallel runtime, over HF's layer code (its
-    own fused layers are not modelled yet)."""
+    """Megatron-LM: Megatron-core's GPT model with Transformer Engine's fused layers, its
+    tensor / sequence / pipeline-parallel runtime, DDP gradient buffer, distributed optimizer
+    and TE FusedAdam (``TrainingSetup.megatron`` holds its arguments)."""
     reference = "reference"
     """memcalc's own reference model with PyTorch's parallelism (``memcalc measure``'s
     default): the same saved tensors as hf."""
@@ -143,6 +186,9 @@ class Framework:
     tensor_parallel: TensorParallel
     pipeline: PipelineRuntime
     model_code: ModelCode
+    optimizer: OptimizerImpl = OptimizerImpl.torch
+    gradients: GradientStore = GradientStore.param_grads
+    workspaces: Workspaces = Workspaces.none
     layer_code: LayerCode = HF_CODE
     """How its model code writes the ops (the lowering's overrides of HF's)."""
     checkpointing: Checkpointing = MEMCALC_CHECKPOINTING
@@ -175,13 +221,25 @@ class Framework:
     def label(self) -> str:
         return self.name.value
 
+    @property
+    def accumulates_in_param_dtype(self) -> bool:
+        """Under fp16 mixed precision the gradient buffer is fp16 unless asked otherwise
+        (Megatron-LM's ``accumulate_allreduce_grads_in_fp32`` is forced only for bf16)."""
+        return self.gradients is GradientStore.main_grad_buffer
+
 
 FRAMEWORKS = {
     FrameworkName.hf: Framework(
         FrameworkName.hf, TensorParallel.dtensor, PipelineRuntime.torch, ModelCode.hf
     ),
     FrameworkName.megatron: Framework(
-        FrameworkName.megatron, TensorParallel.megatron, PipelineRuntime.megatron, ModelCode.hf
+        FrameworkName.megatron,
+        TensorParallel.megatron,
+        PipelineRuntime.megatron,
+        ModelCode.megatron_core,
+        OptimizerImpl.te_fused_adam,
+        GradientStore.main_grad_buffer,
+        Workspaces.te_cublas,
     ),
     FrameworkName.reference: Framework(
         FrameworkName.reference, TensorParallel.dtensor, PipelineRuntime.torch, ModelCode.ours

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from memcalc.errors import MemcalcError
+from memcalc.frameworks import ModelCode
 from memcalc.frameworks.features import RotaryCache
 from memcalc.graph.blocks.attention import sliding_mask
 from memcalc.graph.blocks.block import decoder_block
@@ -151,6 +152,7 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         sp=setup.parallel.sequence_parallel,
         experts=moe.num_experts // setup.parallel.ep if moe else 0,
         ep=setup.parallel.ep if moe else 1,
+        etp=(setup.parallel.etp or t) if moe else 1,
         expert_m=_split(moe.expert_size, t, "moe_intermediate_size") if moe else 0,
         shared_m=_split(moe.shared_size, t, "shared expert width") if moe else 0,
         moe_imbalance=setup.moe_imbalance,
@@ -182,6 +184,9 @@ _CACHE_SIZE = 512
 def lower_cached(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:
     """``lower``, remembered for the setup fields the lowering reads (the planner estimates one
     graph under many data-parallel sizes, ZeRO stages, offloads and pipeline splits)."""
+    check = BUILD_CHECKS.get(setup.framework_def.model_code)
+    if check is not None:
+        check(spec, setup)  # it reads setup fields beyond the key (the ZeRO stage)
     key = lowering_key(spec, setup, device)
     graph = _CACHE.get(key)
     if graph is None:
@@ -206,9 +211,12 @@ def lowering_key(spec: ModelSpec, setup: TrainingSetup, device: str) -> tuple[ob
         par.tp,
         par.sequence_parallel,
         setup.framework_def.tensor_parallel if par.tp > 1 else None,
+        setup.framework_def.model_code,
+        setup.megatron,
         setup.framework_def.layer_code,
         par.cp,
         par.ep,
+        par.etp,
         setup.moe_imbalance,
         setup.capacity_factor,
         setup.lora,
@@ -220,7 +228,33 @@ def lowering_key(spec: ModelSpec, setup: TrainingSetup, device: str) -> tuple[ob
 
 
 def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpGraph:
-    """The op graph of one training step of ``spec`` under ``setup``.
+    """The op graph of one training step of ``spec`` under ``setup``, in the model code of its
+    framework (HF's or memcalc's reference model: ``lower_hf``; Megatron-core's:
+    ``graph/blocks/megatron/model.py``)."""
+    if setup.dropout is not None:
+        spec = spec.with_dropout(setup.dropout)
+    return LOWERINGS[setup.framework_def.model_code](spec, setup, device)
+
+
+def _check_megatron(spec: ModelSpec, setup: TrainingSetup) -> None:
+    from memcalc.graph.blocks.megatron.model import check_buildable
+
+    check_buildable(spec, setup)
+
+
+BUILD_CHECKS = {ModelCode.megatron_core: _check_megatron}
+"""What a model code refuses to build, checked on every (cached) lowering."""
+
+
+def _lower_megatron(spec: ModelSpec, setup: TrainingSetup, device: str) -> OpGraph:
+    from memcalc.graph.blocks.megatron.model import lower_megatron
+
+    return lower_megatron(spec, setup, dims_of(spec, setup, device))
+
+
+def lower_hf(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> OpGraph:
+    """The op graph of one training step of ``spec`` under ``setup`` as HF transformers (or
+    memcalc's reference model, the same ops) runs it.
 
     ``device='cpu'`` mirrors the CPU kernels where they store differently (LayerNorm statistics
     in the input dtype, SDPA with dropout as the math kernel), for comparing with CPU
@@ -229,8 +263,6 @@ def lower(spec: ModelSpec, setup: TrainingSetup, *, device: str = "cuda") -> OpG
     Korthikanti et al. 2022 (eq. 1), GPT-2 shape, 16-bit, eager, dropout: ~sbh(34 + 5as/h)
     per block; this lowering is that plus HF's 3 extra GELU tensors (gelu_new) and fp32 stats.
     """
-    if setup.dropout is not None:
-        spec = spec.with_dropout(setup.dropout)
     impl = implementation(spec, setup)
     if setup.attention is Attention.sdpa and impl.sdpa_refused:
         raise MemcalcError(
@@ -380,3 +412,13 @@ def registration_order(blk: Block, module_order: tuple[str, ...]) -> tuple[str, 
         )
 
     return tuple(sorted(names, key=rank)) if module_order else tuple(names)
+
+
+LOWERINGS = {
+    ModelCode.hf: lower_hf,
+    ModelCode.ours: lower_hf,
+    ModelCode.torchtitan: lower_hf,
+    ModelCode.megatron_core: _lower_megatron,
+}
+"""The lowering of each framework's model code (torchtitan's: HF's with its ``layer_code``
+overrides, ``implementation``)."""

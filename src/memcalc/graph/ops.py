@@ -215,6 +215,10 @@ class Block:
     the core keeps them, and selective recompute replays the core from them."""
     param_numel: int = 0
     """Elements of the block's parameters (its gradients appear during its backward)."""
+    discarded: tuple[str, ...] = ()
+    """Storages an output-discarding checkpoint frees although an op outside the replayed part
+    saved them (Megatron ``CheckpointWithoutOutput``: the module's output, rebuilt in
+    backward): selective recompute drops them too."""
 
     @cached_property
     def saved_bytes(self) -> int:
@@ -229,7 +233,8 @@ class Block:
         """Storages saved only by attention-core ops (what selective recompute frees)."""
         kept = {s.name for op in self.ops if not op.attention_core for s in op.saves}
         kept |= {s.name for s in self.core_inputs}
-        return {s.name for op in self.ops if op.attention_core for s in op.saves} - kept
+        core = {s.name for op in self.ops if op.attention_core for s in op.saves}
+        return (core - kept) | (set(self.discarded) - {s.name for s in self.core_inputs})
 
     @cached_property
     def weight_cast_bytes(self) -> int:
@@ -300,7 +305,8 @@ class Block:
             )
             for op in self.ops
         )
-        return (head, ops, tuple(canon(t) for t in self.core_inputs))
+        discarded = tuple(index.get(n, -1) for n in self.discarded)
+        return (head, ops, tuple(canon(t) for t in self.core_inputs), discarded)
 
 
 @dataclass(frozen=True)
@@ -315,6 +321,20 @@ class SpanInput:
     nbytes: int
     checkpointed: bool
     """In ``checkpoint_extra_inputs`` (kept by checkpoints only), else in the prologue."""
+
+
+@dataclass(frozen=True)
+class LossPeaks:
+    """Bytes beyond the stored activations at the loss's two moments, as its implementation
+    allocates them (``None`` on an OpGraph: HF's ``ForCausalLMLoss``, the timeline's rule)."""
+
+    forward_bytes: int
+    """While the loss's forward runs: the logits and whatever copies it makes of them."""
+    backward_bytes: int
+    """While its backward runs: the gradients it writes for the logits."""
+    forward_where: str = "loss: log_softmax"
+    """The forward moment's name in the timeline."""
+    backward_where: str = "loss: _log_softmax_backward_data"
 
 
 @dataclass(frozen=True)
@@ -350,6 +370,11 @@ class OpGraph:
 
     """Tensors of the prologue or ``checkpoint_extra_inputs`` that only the layers of some
     kinds read (one attention span's mask or rotary tables, when the model has two spans)."""
+    loss_peaks: LossPeaks | None = None
+    """What the loss allocates at its moments (None: HF's ForCausalLMLoss, see timeline)."""
+    persistent: tuple[Saved, ...] = field(default=())
+    """Buffers the model code allocates once and keeps for good (Megatron's
+    ``GlobalMemoryBuffer``): on the GPU through every step and between them."""
     param_order: tuple[tuple[str, ...], ...] = field(default=())
     """Per block kind, its weights' names in the order the framework's module registers them
     (``model.parameters()``: HF's Llama layer registers its attention and MLP before its

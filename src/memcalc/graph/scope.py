@@ -154,6 +154,8 @@ class Dims:
     """Routed experts whose weights this rank holds (E / ep)."""
     ep: int = 1
     """Expert-parallel ranks: the tokens of ep ranks meet at each rank's experts."""
+    etp: int = 1
+    """Expert tensor-parallel ranks (Megatron's etp; tp elsewhere)."""
     expert_m: int = 0
     """One routed expert's MLP width on this rank (moe_intermediate_size / tp)."""
     shared_m: int = 0

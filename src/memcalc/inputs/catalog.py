@@ -24,6 +24,12 @@ from memcalc.inputs.flags import (
 )
 from memcalc.profiles import DEFAULT_GPU
 from memcalc.spec.finetune import Quantize
+from memcalc.spec.megatron import (
+    AttentionBackend,
+    CrossEntropyFusion,
+    TokenDispatcher,
+    TransformerImpl,
+)
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.presets import DEFAULT_MODEL
 from memcalc.spec.training import (
@@ -193,6 +199,9 @@ _LAYOUT_CLI = {
     "pp": {"help": "Pipeline stages (1F1B)."},
     "cp": {"help": "Context-parallel GPUs."},
     "ep": {"help": "Expert-parallel GPUs (MoE)."},
+    "etp": {
+        "help": "Expert tensor-parallel GPUs (Megatron --expert-tensor-parallel-size; default tp)."
+    },
     "sp": {"help": "Sequence parallelism with tp > 1 (Megatron).", "switch": "--no-sp"},
     "vpp": {"help": "Virtual stages per pipeline rank."},
     "microbatches": {"help": "Micro-batches per step (gradient accumulation; pipeline m)."},
@@ -259,6 +268,63 @@ LAYOUT = (
         hidden=True,
     ),
 )
+MEGATRON = (
+    Flag(
+        "megatron_args",
+        ("--megatron-args",),
+        optional_text,
+        None,
+        "Megatron-LM arguments (a functional test's model_config.yaml, a .json/.toml mapping, "
+        "or inline JSON): the model, layout and Megatron settings, run with --framework "
+        "megatron.",
+        metavar="FILE|JSON",
+    ),
+    Flag(
+        "attention_backend",
+        ("--attention-backend",),
+        optional(choice_of(AttentionBackend)),
+        None,
+        "Megatron --attention-backend (auto: TE picks by GPU; default from --attention).",
+    ),
+    Flag(
+        "transformer_impl",
+        ("--transformer-impl",),
+        optional(choice_of(TransformerImpl)),
+        None,
+        "Megatron --transformer-impl: transformer_engine (default) or local.",
+    ),
+    Flag(
+        "cross_entropy_fusion",
+        ("--cross-entropy-fusion",),
+        optional(choice_of(CrossEntropyFusion)),
+        None,
+        "Megatron --cross-entropy-loss-fusion with --cross-entropy-fusion-impl.",
+    ),
+    Flag(
+        "recompute_modules",
+        ("--recompute-modules",),
+        optional(names),
+        None,
+        "Megatron --recompute-modules for --recompute selective (comma-separated: core_attn, "
+        "mlp, moe, moe_act, layernorm, shared_experts).",
+    ),
+    Flag(
+        "overlap_grad_reduce",
+        ("--overlap-grad-reduce",),
+        optional_boolean,
+        None,
+        "Megatron --overlap-grad-reduce (bucketed DDP buffer).",
+        switch="--no-overlap-grad-reduce",
+    ),
+    Flag(
+        "moe_dispatcher",
+        ("--moe-dispatcher",),
+        optional(choice_of(TokenDispatcher)),
+        None,
+        "Megatron --moe-token-dispatcher-type.",
+    ),
+)
+"""Megatron-LM's arguments that change memory (``--framework megatron`` only)."""
 ENGINE = (
     Flag(
         "zero_engine",
@@ -358,10 +424,11 @@ STRATEGY = (
     ),
     Flag(
         "every",
-        ("--every",),
+        ("--every", "--recompute-num-layers"),
         optional_integer,
         None,
-        "k for --recompute every-k (default round(sqrt(N))).",
+        "k for --recompute every-k (default round(sqrt(N))) or block (the first k layers of "
+        "each stage; Megatron --recompute-num-layers).",
     ),
     Flag(
         "budget",
@@ -389,6 +456,7 @@ ESTIMATE = (
     GPU_MEMORY,
     *SETUP,
     *LAYOUT,
+    *MEGATRON,
     *ENGINE,
     *FINETUNE,
     *ROUTING,

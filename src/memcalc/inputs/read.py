@@ -25,7 +25,7 @@ from memcalc.inputs.catalog import LAYOUT_FIELDS
 from memcalc.inputs.flags import Flag
 from memcalc.inputs.framework_defaults import framework_defaults
 from memcalc.profiles import GpuProfile, adhoc_profile, load_profile
-from memcalc.spec.compat import check, fallbacks
+from memcalc.spec.compat import check, fallbacks, framework_fallback
 from memcalc.spec.deepspeed import parse_settings
 from memcalc.spec.loaders import load_model, training_setup
 from memcalc.spec.model import ModelSpec
@@ -47,6 +47,10 @@ class Inputs:
     """None: automatic (0 on a step whose reserved memory is replayed, 10% otherwise)."""
     said: tuple[str, ...] = ()
     """Lines for stderr: ``note: ...`` and ``warning: ...``."""
+    recompute: str | None = None
+    """The recompute strategy ``--megatron-args`` names (used when ``--recompute`` is not)."""
+    every: int | None = None
+    """Its every-k interval (with ``recompute``)."""
     alloc_conf: AllocConf = DEFAULT_ALLOC_CONF
     """The caching allocator's settings (``--alloc-conf`` or the environment's)."""
 
@@ -83,10 +87,12 @@ def read_inputs(
     was given) replaces ``--model``; a GpuProfile among ``gpu_names`` is used as it is
     (``--gpu-memory`` and ``--host-memory`` still apply)."""
     said: list[str] = []
-    if spec is None:
-        spec = load_model(values["model"], values.get("revision"))
     named = "gpu" in given or "gpus" in given
     profiles = tuple(_profile(name, values, named) for name in gpu_names)
+    if values.get("megatron_args") is not None:
+        return _megatron_inputs(values, given, profiles, spec)
+    if spec is None:
+        spec = load_model(values["model"], values.get("revision"))
     fields = setup_fields(values, said)
     framework_defaults(fields, given, said)
     for fb in fallbacks(
@@ -98,6 +104,11 @@ def read_inputs(
         fields[fb.field.removeprefix("--")] = fb.value
         said.append(f"note: {fb.message}")
     setup = training_setup(**fields)
+    code = framework_fallback(spec, setup)
+    if code is not None:
+        setup = setup.replace(framework=code.value)
+        if code.why:
+            said.append(f"note: {code.message}")
     said += [f"warning: {w}" for w in check(spec, setup)]
     return Inputs(
         spec,
@@ -105,7 +116,7 @@ def read_inputs(
         setup,
         headroom_fraction(values.get("headroom")),
         tuple(said),
-        alloc_conf(values.get("alloc_conf")),
+        alloc_conf=alloc_conf(values.get("alloc_conf")),
     )
 
 
@@ -115,6 +126,63 @@ def alloc_conf(text: str | None) -> AllocConf:
     if text is not None:
         return parse_alloc_conf(text)
     return alloc_conf_from_env()
+
+
+SET_BY_MEGATRON_ARGS = (
+    "model",
+    "batch",
+    "seq",
+    "precision",
+    "grad_dtype",
+    "optimizer",
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "etp",
+    "sp",
+    "vpp",
+    "microbatches",
+    "zero",
+    "framework",
+    "dropout",
+)
+"""Flags ``--megatron-args`` sets (giving them too is an error)."""
+
+
+def _megatron_inputs(
+    values: Mapping[str, Any],
+    given: frozenset[str],
+    profiles: tuple[GpuProfile, ...],
+    spec: ModelSpec | None,
+) -> Inputs:
+    """The model, setup and recompute a Megatron argument list describes
+    (``spec.megatron_args.read_megatron_args``)."""
+    from memcalc.spec.megatron_args import read_megatron_args
+
+    clash = [k for k in SET_BY_MEGATRON_ARGS if k in given]
+    if clash or spec is not None:
+        flag = "--" + (clash[0].replace("_", "-") if clash else "model")
+        raise MemcalcError(f"{flag}: set by --megatron-args (give it there)")
+    run = read_megatron_args(values["megatron_args"])
+    setup = run.setup
+    extra = megatron_fields(values)
+    if extra:
+        setup = setup.replace(megatron=setup.megatron_options.replace(**extra))
+    said = tuple(f"warning: {w}" for w in check(run.spec, setup))
+    headroom = headroom_fraction(values.get("headroom"))
+    recompute = None if run.recompute == "none" else run.recompute
+    return Inputs(
+        run.spec,
+        profiles,
+        setup,
+        headroom,
+        said,
+        recompute,
+        run.every,
+        alloc_conf(values.get("alloc_conf")),
+    )
 
 
 def with_configs(
@@ -161,14 +229,20 @@ def estimate_inputs(
     merged, given, said = with_configs(values, given, ESTIMATE, "estimate")
     inputs = read_inputs(merged, given, (gpu or merged["gpu"],), spec)
     inputs = replace(inputs, said=said + inputs.said)
-    return inputs, estimate_options(merged), merged
+    return inputs, estimate_options(merged, inputs), merged
 
 
-def estimate_options(values: Mapping[str, Any]) -> Options | None:
-    """The strategy the flags choose (None: none chosen, show every one)."""
+def estimate_options(values: Mapping[str, Any], inputs: Inputs | None = None) -> Options | None:
+    """The strategy the flags choose, or ``--megatron-args`` does (None: none chosen, show
+    every one)."""
+    recompute, every = values["recompute"], values["every"]
+    if recompute is None and inputs is not None and inputs.recompute is not None:
+        from memcalc.strategies.recompute import Recompute
+
+        recompute, every = Recompute(inputs.recompute), inputs.every
     return chosen_options(
-        values["recompute"],
-        values["every"],
+        recompute,
+        every,
         values["budget"],
         list(values["offload"]),
         values["mfu"],
@@ -257,7 +331,39 @@ def setup_fields(values: Mapping[str, Any], said: list[str] | None = None) -> di
     fields |= layout_fields(values) | finetune_fields(values) | engine_fields(values)
     if "framework" in values:
         fields["framework"] = framework_field(values, said if said is not None else [])
+    megatron = megatron_fields(values)
+    if megatron:
+        fields["megatron"] = megatron
+        if fields.get("framework") is None:
+            fields["framework"] = FrameworkName.megatron
+        elif fields["framework"] is not FrameworkName.megatron:
+            flag = next(k for k in MEGATRON_FLAGS if values.get(k) is not None)
+            raise MemcalcError(
+                f"--{flag.replace('_', '-')}: a Megatron-LM argument; it needs --framework "
+                f"megatron, not {fields['framework'].value}"
+            )
     return fields
+
+
+MEGATRON_FLAGS = {
+    "attention_backend": "attention_backend",
+    "transformer_impl": "transformer_impl",
+    "cross_entropy_fusion": "cross_entropy_fusion",
+    "recompute_modules": "recompute_modules",
+    "overlap_grad_reduce": "overlap_grad_reduce",
+    "moe_dispatcher": "moe_token_dispatcher",
+}
+"""Megatron flags -> MegatronOptions fields."""
+
+
+def megatron_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The MegatronOptions fields the Megatron flags set (none given: {})."""
+    out: dict[str, Any] = {}
+    for flag, name in MEGATRON_FLAGS.items():
+        value = values.get(flag)
+        if value is not None:
+            out[name] = _names(value) if flag == "recompute_modules" else value
+    return out
 
 
 def layout_fields(values: Mapping[str, Any]) -> dict[str, Any]:

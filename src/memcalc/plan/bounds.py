@@ -34,6 +34,7 @@ from memcalc.params import ParamCounts
 from memcalc.plan.space import Candidate
 from memcalc.plan.strategies import OFFLOADS
 from memcalc.profiles import GpuProfile
+from memcalc.spec.compat import framework_fallback
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
 from memcalc.steptime import (
@@ -115,9 +116,15 @@ class StageFacts:
         return min(p.stored_bytes for p in self.plans.values())
 
 
-def layout_setup(base: TrainingSetup, layout: Candidate, zero: int = 0) -> TrainingSetup:
-    """``base`` run on ``layout`` at ZeRO ``zero``."""
-    return base.replace(batch=layout.batch, parallel=layout.parallel.replace(zero=zero))
+def layout_setup(
+    base: TrainingSetup, layout: Candidate, zero: int = 0, spec: ModelSpec | None = None
+) -> TrainingSetup:
+    """``base`` run on ``layout`` at ZeRO ``zero``; with ``spec``, on HF's code where the
+    layout's default framework (Megatron-core, with tp / pp) cannot build it, as ``memcalc
+    estimate`` falls back (``spec.compat.framework_fallback``)."""
+    setup = base.replace(batch=layout.batch, parallel=layout.parallel.replace(zero=zero))
+    fallback = framework_fallback(spec, setup) if spec is not None else None
+    return setup if fallback is None else setup.replace(framework=fallback.value)
 
 
 def fixed_options(num_layers: int, base: Options) -> dict[Recompute, Options]:
@@ -187,7 +194,7 @@ class Bounds:
         return self._by_split[key]
 
     def _compute(self, layout: Candidate) -> StageFacts | None:
-        setup = layout_setup(self.base, layout)
+        setup = layout_setup(self.base, layout, spec=self.spec)
         try:
             graph = lower_cached(self.spec, setup)
             stages = pipeline_stages(graph, setup.parallel, tied=self.spec.tie_embeddings)

@@ -362,7 +362,7 @@ class _Search:
             return self.done[key]
         if count:
             self.tally.estimated += 1
-        setup = layout_setup(self.request.setup, c.layout, c.zero)
+        setup = layout_setup(self.request.setup, c.layout, c.zero, self.request.spec)
         base = self.bounds.fixed[Recompute.none]
         try:
             if c.recompute is Recompute.budget:

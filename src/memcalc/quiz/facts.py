@@ -21,6 +21,7 @@ from memcalc.estimate import DEFAULT_MFU, Breakdown, Options, estimate
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import OpGraph, ParamTensor
 from memcalc.profiles import GpuProfile
+from memcalc.spec.compat import framework_fallback
 from memcalc.spec.finetune import ALL_LINEAR, LoraSpec, Quantize
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
@@ -192,9 +193,14 @@ class ModelFacts:
 
     def under(self, setup: TrainingSetup, options: Options = NO_STRATEGY) -> Breakdown | None:
         """The estimate of this model under another setup, or None when the estimate refuses
-        it (the question that wanted it is left out)."""
+        it (the question that wanted it is left out). A layout whose default framework
+        (Megatron-core, with tp / pp) cannot build the model runs HF's code, as
+        ``memcalc estimate`` does (``spec.compat.framework_fallback``)."""
         if setup == self.setup and options == NO_STRATEGY:
             return self.base
+        fallback = framework_fallback(self.spec, setup)
+        if fallback is not None:
+            setup = setup.replace(framework=fallback.value)
         key = (setup, options)
         if key not in self._variants:
             try:

@@ -52,13 +52,17 @@ def model_states(b: Breakdown) -> int:
 def tp_activations(f: ModelFacts) -> Draft | None:
     """Activations per GPU under tensor parallelism without sequence parallelism: the
     attention and MLP tensors divide by t, the norms' inputs, dropout masks and the residual
-    stream do not (Korthikanti et al. 2022, sbh(10 + 24/t + 5as/(ht)))."""
+    stream do not (Korthikanti et al. 2022, sbh(10 + 24/t + 5as/(ht))). The one-GPU figure
+    runs the same model code as the tensor-parallel ones (the framework a tp layout runs:
+    Megatron-core's by default), so only the split differs."""
     t = f.tp_degree
     if t is None:
         return None
     no_sp, sp = f.laid_out(tp=t, sp=False), f.laid_out(tp=t)
     assert no_sp is not None and sp is not None
-    base = f.base
+    base = f.under(f.setup.replace(framework=no_sp.setup.framework_def.name))
+    if base is None:
+        return None
     value = no_sp.activation_bytes
     scale = choose_scale([value, sp.activation_bytes, base.activation_bytes])
     candidates: list[tuple[float, str, dict[str, str]]] = [

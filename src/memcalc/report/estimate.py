@@ -261,7 +261,7 @@ def parameter_words(b: Breakdown) -> str:
     >>> from memcalc.api import estimate
     >>> b = estimate("llama-3-70b", seq=8192, tp=8, pp=4, dp=2, microbatches=16, zero=1)
     >>> parameter_words(b)
-    '70,553,706,496 parameters; 2,270,756,864 on this rank'
+    '70,553,706,496 parameters; 2,271,543,296 on this rank'
     """
     whole = b.model_parameter_count
     if whole is None or whole == b.params.total:

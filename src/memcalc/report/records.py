@@ -26,12 +26,16 @@ def layout_record(setup: TrainingSetup) -> dict[str, Any]:
     """The parallel layout as JSON: every field of ``Parallelism``, and ``parallel_impl`` --
     the old ``--parallel-impl`` value the setup amounts to: ``torch`` under a framework
     running DTensor (hf, reference), else ``megatron`` (its old default, also when no
-    framework is named). Under another sharding engine than the framework's, ``zero_engine``
-    and the engine's settings (``deepspeed``: every field of ``DeepSpeedZero``)."""
+    framework is named). ``etp`` appears only when set (Megatron's expert tensor-parallel
+    split; unset, the experts split over tp). Under another sharding engine than the
+    framework's, ``zero_engine`` and the engine's settings (``deepspeed``: every field of
+    ``DeepSpeedZero``)."""
     par = setup.parallel
     named = setup.framework
     impl = PARALLEL_IMPL_OF[framework(named).tensor_parallel] if named else "megatron"
     out = {f.name: getattr(par, f.name) for f in dataclasses.fields(par)} | {"parallel_impl": impl}
+    if out["etp"] is None:
+        del out["etp"]
     if setup.sharding_engine is not setup.framework_def.sharding:
         cfg = setup.deepspeed_config
         out["zero_engine"] = setup.sharding_engine.value

@@ -103,3 +103,19 @@ def fallbacks(
             )
         )
     return out
+
+
+def framework_fallback(spec: ModelSpec, setup: TrainingSetup) -> Fallback | None:
+    """The framework a setup that names none runs when the default for its layout (Megatron-LM
+    with tp / pp) cannot build the model or setup: HF (``None`` when the default stands or is
+    HF already)."""
+    from memcalc.frameworks import ModelCode
+    from memcalc.spec.megatron_setup import megatron_gap
+
+    if setup.framework is not None or setup.framework_def.model_code is not ModelCode.megatron_core:
+        return None
+    megatron = setup.replace(framework="megatron")
+    gap = megatron_gap(spec, megatron)
+    if gap is None:
+        return None
+    return Fallback("--framework", "hf", f"Megatron-core's GPT model has no {gap}")

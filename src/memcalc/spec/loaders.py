@@ -75,6 +75,7 @@ FLAGS = {
     "lora.targets": "--lora-targets",
     "lora.dropout": "--lora-dropout",
     "lora.modules_to_save": "--modules-to-save",
+    "megatron.moe_token_dispatcher": "--moe-dispatcher",
     "deepspeed": "--ds",
 }
 """TrainingSetup fields whose command-line flag is not ``--`` + the field name."""
@@ -95,5 +96,7 @@ def training_setup(**fields: Any) -> TrainingSetup:
         return parse(TrainingSetup, {**fields, "parallel": layout})
     except FieldError as e:
         name = e.field.removeprefix("parallel.")
+        if name.startswith("megatron.") and name not in flags:
+            name = name.removeprefix("megatron.")
         flag = flags.get(name, "--" + name.replace("_", "-"))
         raise FieldError(flag, e.problem) from None

@@ -52,6 +52,13 @@ class Parallelism:
         ge=1,
         le=10**5,
     )
+    etp: int | None = spec_field(
+        "Expert tensor-parallel ranks (Megatron-core --expert-tensor-parallel-size): the "
+        "routed experts' tensor-parallel split; None: tp.",
+        default=None,
+        ge=1,
+        le=1024,
+    )
     sp: bool = spec_field(
         "Sequence parallelism over the tp ranks (Korthikanti et al. 2022): norms, dropout and "
         "the residual stream split along the sequence. On whenever tp > 1 unless turned off.",
@@ -109,14 +116,17 @@ class Parallelism:
             raise FieldError("shard_size", f"must divide dp ({self.dp}), got {self.shard_size}")
         if self.shard_size is not None and self.zero < 3:
             raise FieldError("shard_size", "HSDP shards parameters: it needs --zero 3")
-        if self.shard_ranks % self.ep:
-            # Megatron-core: expert_tensor_parallel_size defaults to tensor_model_parallel_size,
-            # so the expert-parallel group is formed from data-parallel ranks
+        if self.etp is not None and self.tp % self.etp and self.etp % self.tp:
+            raise FieldError("etp", f"must divide tp ({self.tp}) or be a multiple of it")
+        if self.expert_ranks % self.ep:
+            # Megatron-core: the expert-parallel group is formed from the data-parallel ranks
+            # and, with etp < tp, from the tensor-parallel ones the experts do not split over
             # (core/parallel_state.py initialize_model_parallel, "expert-tensor" x "ep" x "edp")
             raise FieldError(
                 "ep",
-                f"expert parallelism runs inside the {_ranks(self.shard_ranks)} "
-                f"(experts keep their tensor-parallel split); ep ({self.ep}) must divide it",
+                f"expert parallelism runs inside the {_expert_ranks(self)} "
+                f"(experts keep their tensor-parallel split unless --etp); ep ({self.ep}) "
+                "must divide it",
             )
 
     def replace(self, **changes: object) -> Parallelism:
@@ -137,11 +147,17 @@ class Parallelism:
         return self.shard_size or self.dp
 
     @property
+    def expert_ranks(self) -> int:
+        """Ranks the experts spread over (the shard group x tp / etp)."""
+        etp = self.etp or self.tp
+        return self.shard_ranks * self.tp // etp if self.tp >= etp else self.shard_ranks
+
+    @property
     def expert_shard_ranks(self) -> int:
-        """Ranks that hold the same experts and shard their states under ZeRO: the shard
-        group over ep (Megatron-core's expert data-parallel group, world / (etp x ep x pp) with
-        etp = tp)."""
-        return self.shard_ranks // self.ep
+        """Ranks that hold the same experts and shard their states under ZeRO: Megatron-core's
+        expert data-parallel group, world / (etp x ep x pp) -- the shard group over ep with
+        etp = tp."""
+        return max(self.expert_ranks // self.ep, 1)
 
     def describe(self) -> str:
         n = self.world_size
@@ -157,6 +173,13 @@ class Parallelism:
         if self.microbatches > 1:
             parts.append(f"{self.microbatches} micro-batches")
         return ", ".join(parts)
+
+
+def _expert_ranks(par: Parallelism) -> str:
+    """The ranks an expert-parallel group is formed from, in words."""
+    if par.expert_ranks == par.shard_ranks:
+        return _ranks(par.shard_ranks)
+    return f"{par.expert_ranks} ranks (data-parallel x tp / etp)"
 
 
 def _ranks(n: int) -> str:

@@ -9,6 +9,7 @@ from memcalc.dtypes import DType as DType  # re-exported: the vocabulary of spec
 from memcalc.frameworks import (
     Framework,
     FrameworkName,
+    ModelCode,
     ShardingEngine,
     default_framework,
     framework,
@@ -16,6 +17,7 @@ from memcalc.frameworks import (
 from memcalc.spec.deepspeed import DeepSpeedZero
 from memcalc.spec.deepspeed import check_setup as check_deepspeed
 from memcalc.spec.finetune import LoraSpec, Quantize
+from memcalc.spec.megatron import MEGATRON_DEFAULTS, MegatronOptions
 from memcalc.spec.parallel import SINGLE_GPU, Parallelism
 from memcalc.validate import FieldError, check, replace, spec_field
 
@@ -222,6 +224,11 @@ class TrainingSetup:
         "zero_engine deepspeed; None: DeepSpeed's defaults.",
         default=None,
     )
+    megatron: MegatronOptions | None = spec_field(
+        "Megatron-LM arguments that change memory (memcalc.spec.megatron); None: Megatron's "
+        "defaults. Only --framework megatron reads them.",
+        default=None,
+    )
     moe_imbalance: float = spec_field(
         "MoE load imbalance: tokens the busiest expert receives as a multiple of its fair "
         "share t*k/E; scales the dispatch buffers and expert activations of a rank that holds "
@@ -273,6 +280,11 @@ class TrainingSetup:
     def _check_framework(self) -> None:
         """What the framework (and FSDP2's MixedPrecisionPolicy) can run."""
         fw, par = self.framework_def, self.parallel
+        if self.megatron is not None and fw.model_code is not ModelCode.megatron_core:
+            raise FieldError(
+                "megatron",
+                f"Megatron-LM arguments need framework megatron, not {fw.label}",
+            )
         if fw.fsdp_data_parallel and par.zero not in (0, 3):
             raise FieldError(
                 "zero",
@@ -291,6 +303,12 @@ class TrainingSetup:
                     "use amp-bf16 (torch.autocast over fp32 weights)",
                 )
         if self.sharding_engine is ShardingEngine.deepspeed:
+            if fw.model_code is ModelCode.megatron_core:
+                raise FieldError(
+                    "zero_engine",
+                    "deepspeed runs HF models here; Megatron-core shards with its own "
+                    "distributed optimizer (--zero 1 under --framework megatron)",
+                )
             par = self.parallel
             check_deepspeed(
                 self.precision.value,
@@ -305,6 +323,11 @@ class TrainingSetup:
     def replace(self, **changes: object) -> TrainingSetup:
         """A copy with ``changes``, validated."""
         return replace(self, **changes)
+
+    @property
+    def megatron_options(self) -> MegatronOptions:
+        """Megatron's arguments as set (``megatron``), or Megatron's defaults."""
+        return self.megatron if self.megatron is not None else MEGATRON_DEFAULTS
 
     @property
     def framework_def(self) -> Framework:
@@ -361,6 +384,10 @@ class TrainingSetup:
         under an engine that accumulates in the model dtype: DeepSpeed's)."""
         if self.grad_dtype is not None:
             return self.grad_dtype
+        if self.precision is Precision.fp16_mixed and self.framework_def.accumulates_in_param_dtype:
+            # Megatron-LM forces accumulate_allreduce_grads_in_fp32 for bf16 only
+            # (megatron/training/arguments.py validate_args): fp16 gradient buffers
+            return DType.fp16
         if self.precision.is_mixed and not self.sharding_engine.grads_in_model_dtype:
             return DType.fp32
         return self.weight_dtype

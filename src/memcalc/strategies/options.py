@@ -94,11 +94,11 @@ class Options:
 
     @property
     def label(self) -> str:
-        recompute = (
-            f"every-{self.every}"
-            if self.recompute is Recompute.every_k and self.every
-            else self.recompute.value
-        )
+        recompute = self.recompute.value
+        if self.recompute is Recompute.every_k and self.every:
+            recompute = f"every-{self.every}"
+        elif self.recompute is Recompute.block:
+            recompute = f"block-{self.every or 1}"
         if not self.offload:
             return recompute
         offload = "offload " + ", ".join(o.label for o in self.offload)

@@ -35,6 +35,9 @@ class Stage:
     """Held at a later backward, when the accumulated gradients already exist."""
     is_first: bool
     is_last: bool
+    chunks: tuple[int, ...] = ()
+    """Layers of each of the rank's virtual stages (interleaved 1F1B under Megatron's
+    schedule); () when the runtime does not say."""
 
     @property
     def layers(self) -> int:
@@ -80,8 +83,16 @@ def in_flight(stage: int, par: Parallelism) -> tuple[int, int]:
     return k, later
 
 
-def pipeline_stages(graph: OpGraph, par: Parallelism, *, tied: bool) -> list[Stage]:
-    """The stages of ``graph`` under ``par`` (one stage, the whole graph, without pp)."""
+def pipeline_stages(
+    graph: OpGraph,
+    par: Parallelism,
+    *,
+    tied: bool,
+    chunks: list[list[int]] | None = None,
+) -> list[Stage]:
+    """The stages of ``graph`` under ``par`` (one stage, the whole graph, without pp);
+    ``chunks``: the layers of each rank's virtual stages, as the pipeline runtime splits them
+    (default: ``layer_split``, one chunk per rank)."""
     if par.pp == 1:
         k, later = in_flight(0, par)
         return [Stage(0, 0, graph, k, later, True, True)]
@@ -92,7 +103,13 @@ def pipeline_stages(graph: OpGraph, par: Parallelism, *, tied: bool) -> list[Sta
             f"--pp: {par.pp} stages for {graph.num_layers} layers; each stage needs a layer"
         )
     out = []
-    split = layer_split(graph.num_layers, par.pp)
+    if chunks is None:
+        split = layer_split(graph.num_layers, par.pp)
+    else:
+        starts = [0]
+        for rank in chunks:
+            starts.append(starts[-1] + sum(rank))
+        split = [(starts[i], sum(rank)) for i, rank in enumerate(chunks)]
     for i, (first, n) in enumerate(split):
         is_first, is_last = i == 0, i == par.pp - 1
         epilogue = graph.epilogue
@@ -107,7 +124,8 @@ def pipeline_stages(graph: OpGraph, par: Parallelism, *, tied: bool) -> list[Sta
             loss_transient=graph.loss_transient if is_last else (),
         )
         k, later = in_flight(i, par)
-        out.append(Stage(i, first, part, k, later, is_first, is_last))
+        own = tuple(chunks[i]) if chunks is not None else ()
+        out.append(Stage(i, first, part, k, later, is_first, is_last, own))
     return out
 
 

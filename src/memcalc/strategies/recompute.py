@@ -35,6 +35,9 @@ class Recompute(str, Enum):
     budget = "budget"
     """Choose per block (keep / selective / full) to minimise extra FLOPs under a byte budget:
     an exact multiple-choice knapsack over the block kinds and their counts."""
+    block = "block"
+    """Recompute the first k layers of the stage whole, each from its own input, and keep the
+    rest (Megatron ``--recompute-method block --recompute-num-layers k``)."""
 
 
 CHOICES = (Recompute.none, Recompute.selective, Recompute.full)
@@ -330,6 +333,65 @@ def full(graph: OpGraph) -> ActivationPlan:
     return every_k(graph, 1)
 
 
+def first_k(graph: OpGraph, k: int) -> ActivationPlan:
+    """Megatron's block method (``megatron/core/transformer/transformer_block.py``
+    ``_checkpointed_forward``, ``recompute_method == 'block'``): the first ``k`` layers each
+    run under ``tensor_parallel.checkpoint`` (``CheckpointFunction`` saves the layer's input),
+    the later ones normally. Per pipeline stage; with virtual stages Megatron applies it to
+    each model chunk, memcalc to the rank's layers as one run."""
+    n = graph.num_layers
+    if not 0 <= k <= n:
+        raise MemcalcError(f"--every: must be between 0 and the number of blocks ({n}); got {k}")
+    layout = graph.layout
+    split = layout.split_at([k])
+    role_index: dict[tuple[int, Recompute], int] = {}
+    tables = []
+    for start, piece in split.starts():
+        choice = Recompute.full if start < k else Recompute.none
+        tables.append(
+            {
+                kind: role_index.setdefault((kind, choice), len(role_index))
+                for kind in set(piece.period)
+            }
+        )
+    roles = sorted(role_index, key=role_index.__getitem__)
+    stored = {Recompute.none: lambda b: b.saved_bytes, Recompute.full: lambda b: b.input.nbytes}
+    stack = Roles(
+        split.relabel(tables),
+        tuple(kd for kd, _ in roles),
+        tuple(c for _, c in roles),
+        tuple(stored[c](graph.kinds[kd]) for kd, c in roles),
+        _extra(graph) if k else 0,
+    )
+    comp = _outside_blocks(graph)
+    full_counts = [layout.occurrences_before(kd, k) for kd in range(len(graph.kinds))]
+    for kd, blk in enumerate(graph.kinds):
+        count = graph.kind_counts[kd]
+        comp = _merge(comp, {Component.checkpoint: blk.input.nbytes}, full_counts[kd])
+        comp = _merge(comp, blk.bytes_by_component(), count - full_counts[kd])
+    if k:
+        comp = _merge(comp, {Component.checkpoint: stack.extra})
+    rebuild = max(
+        (
+            b.saved_bytes - b.input.nbytes
+            for b, c in zip(graph.kinds, full_counts, strict=True)
+            if c
+        ),
+        default=0,
+    )
+    return ActivationPlan(
+        "block",
+        _outside_bytes(graph) + stack.total_stored(),
+        comp,
+        rebuild,
+        sum(c * b.flops for b, c in zip(graph.kinds, full_counts, strict=True)),
+        stack,
+        checkpoints=k,
+        note=f"first {k} layers of the stage recomputed",
+        fully_recomputed=tuple(full_counts),
+    )
+
+
 def sqrt_k(num_blocks: int) -> int:
     """Chen et al. 2016's segment length: round(sqrt(N)), at least 1.
 
@@ -575,6 +637,8 @@ def plan_for(
         return budget(graph, budget_bytes)
     if strategy is Recompute.every_k:
         return every_k(graph, sqrt_k(graph.num_layers) if every is None else every)
+    if strategy is Recompute.block:
+        return first_k(graph, min(graph.num_layers, 1 if every is None else every))
     table: dict[Recompute, Callable[[OpGraph], ActivationPlan]] = {
         Recompute.none: keep_all,
         Recompute.selective: selective,

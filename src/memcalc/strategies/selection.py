@@ -44,8 +44,8 @@ def chosen_options(
     """The strategy the flags choose, validated; None when none was chosen (print the table)."""
     if mfu is not None and not MIN_MFU <= mfu <= 1:  # also refuses nan
         raise MemcalcError(f"--mfu: must be from {MIN_MFU} to 1, got {mfu}")
-    if every is not None and recompute is not Recompute.every_k:
-        raise MemcalcError("--every: only applies with --recompute every-k")
+    if every is not None and recompute not in (Recompute.every_k, Recompute.block):
+        raise MemcalcError("--every: only applies with --recompute every-k or block")
     if budget is not None and recompute is not Recompute.budget:
         raise MemcalcError("--budget: only applies with --recompute budget")
     offloads = tuple(Offload.parse(o) for o in offload or [])

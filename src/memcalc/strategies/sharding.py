@@ -67,17 +67,26 @@ NO_SHARDING = Sharding()
 """One GPU, nothing sharded."""
 
 
-def sharding_of(par: Parallelism, fw: Framework) -> Sharding:
+def sharding_of(par: Parallelism, fw: Framework, instances: int = 1) -> Sharding:
     """The sharding a rank of ``par`` runs under ``fw``: ZeRO ``par.zero`` over the shard group,
     or -- a framework whose data parallelism is FSDP2 (torchtitan) -- stage 3 over the shard
     group times the context-parallel ranks when it shards over dp x cp
-    (torchtitan ``distributed/parallel_dims.py``: ``fsdp = dp_shard * cp``).
+    (torchtitan ``distributed/parallel_dims.py``: ``fsdp = dp_shard * cp``). ``instances``:
+    Megatron's ``--num-distributed-optimizer-instances``, each sharding over dp / instances
+    (the expert group likewise).
 
     >>> from memcalc.frameworks import framework
     >>> s = sharding_of(Parallelism(dp=2, cp=2), framework("torchtitan"))
     >>> (s.gpus, s.stage)
     (4, 3)
+    >>> sharding_of(Parallelism(dp=8, zero=1), framework("megatron"), instances=2).gpus
+    4
     """
     cp = par.cp if fw.shards_over_cp else 1
     stage = 3 if fw.fsdp_data_parallel else par.zero
-    return Sharding(par.shard_ranks * cp, stage, par.expert_shard_ranks * cp)
+    if instances <= 1:
+        return Sharding(par.shard_ranks * cp, stage, par.expert_shard_ranks * cp)
+    ranks = max(par.shard_ranks // instances, 1)
+    etp = par.etp or par.tp
+    expert = ranks * par.tp // etp if par.tp >= etp else ranks
+    return Sharding(ranks * cp, stage, max(expert // par.ep, 1) * cp)

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memcalc.frameworks import PipelineRuntime, TensorParallel
+from memcalc.frameworks import GradientStore, PipelineRuntime, TensorParallel
+from memcalc.frameworks import Workspaces as FrameworkWorkspaces
 from memcalc.frameworks.features import FsdpGroups
 from memcalc.graph.ops import OpGraph
 from memcalc.optimizer import OptimizerBytes
 from memcalc.params import ParamCounts
 from memcalc.profiles import GpuProfile
+from memcalc.spec.megatron import TransformerImpl, cublas_workspace_bytes
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.pipeline import Stage
@@ -20,6 +22,13 @@ from memcalc.strategies.residency.ddp import BucketViewGradients, DdpBuckets, ha
 from memcalc.strategies.residency.fsdp2 import Fsdp2Gradients, Fsdp2Params, NoGather
 from memcalc.strategies.residency.fsdp2_groups import SplitRootGradients, SplitRootParams
 from memcalc.strategies.residency.gradients import ResidentGradients, ShardedGradients
+from memcalc.strategies.residency.megatron_ddp import (
+    DistributedOptimizerBuffers,
+    MainGradBuffer,
+    bucket_size,
+    distributed_optimizer_buffers,
+)
+from memcalc.strategies.residency.megatron_schedule import peak_in_flight
 from memcalc.strategies.residency.moments import GradientHolder, GradientTotals, ParamsHolder
 from memcalc.strategies.residency.offload import OffloadedGradients
 from memcalc.strategies.residency.pipelining import (
@@ -32,6 +41,11 @@ from memcalc.strategies.residency.tensor_parallel import (
     TensorParallelExtras,
     dtensor_tensor_parallel,
     megatron_tensor_parallel,
+)
+from memcalc.strategies.residency.workspaces import (
+    NO_WORKSPACES,
+    Workspaces,
+    te_cublas_workspaces,
 )
 from memcalc.strategies.sharding import Sharding
 
@@ -61,13 +75,26 @@ class Residency:
     """DDP's buckets (data-parallel without ZeRO)."""
     module_buffer_bytes: int = 0
     """The model's own buffers (torchtitan's RoPE caches)."""
+    workspaces: Workspaces = NO_WORKSPACES
+    """Library GEMM workspaces allocated as tensors (Transformer Engine, PyTorch cuBLAS)."""
+    dist_opt: DistributedOptimizerBuffers | None = None
+    """Megatron's distributed-optimizer buffers' padding."""
+    model_buffers: int = 0
+    """Buffers the model code keeps for good (``OpGraph.persistent``)."""
 
     @property
     def buffer_bytes(self) -> int:
         """Bytes on the GPU for the whole step beside the parameters: DDP's buckets, the
-        pipeline's receive buffers and the model's buffers."""
-        ddp = self.ddp.buffer_bytes if self.ddp else 0
-        return ddp + self.pipeline.buffer_bytes + self.module_buffer_bytes
+        pipeline's receive buffers, the model's buffers, library workspaces, the distributed
+        optimizer's padding."""
+        return (
+            (self.ddp.buffer_bytes if self.ddp else 0)
+            + self.pipeline.buffer_bytes
+            + self.module_buffer_bytes
+            + self.workspaces.buffer_bytes
+            + (self.dist_opt.buffer_bytes if self.dist_opt else 0)
+            + self.model_buffers
+        )
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -78,6 +105,8 @@ class Residency:
             f"model buffers (RoPE caches) {self.module_buffer_bytes} bytes for the whole step"
             if self.module_buffer_bytes
             else "",
+            self.workspaces.note,
+            self.dist_opt.note if self.dist_opt else "",
         )
         return tuple(p for p in parts if p)
 
@@ -102,6 +131,32 @@ def pipeline_retention(graph: OpGraph, setup: TrainingSetup, stage: Stage) -> Pi
         return PipelineRetention()
     runtime = PIPELINES[setup.framework_def.pipeline]
     return runtime(graph, par.microbatches, stage)
+
+
+def held_activations(
+    setup: TrainingSetup, stage: Stage, layer_bytes: list[int], outside_bytes: int
+) -> tuple[int, int]:
+    """Bytes of other micro-batches' activations the stage holds at its first and at a later
+    backward, beside the one whose backward runs (``layer_bytes``: what each of its layers
+    stores for one micro-batch, ``outside_bytes``: its prologue's and epilogue's). One chunk
+    per rank: ``in_flight - 1`` micro-batches of the whole stage. Megatron's interleaved
+    schedule: the worst moment of ``megatron_schedule.peak_in_flight`` over the rank's virtual
+    stages (the embedding's bytes on the first rank's first chunk, the loss's on the last
+    rank's last chunk), less the one micro-batch the timeline walks."""
+    par = setup.parallel
+    acts = sum(layer_bytes) + outside_bytes
+    vpp = len(stage.chunks)
+    if vpp <= 1 or setup.framework_def.pipeline is not PipelineRuntime.megatron:
+        return (stage.in_flight - 1) * acts, max(stage.in_flight_later - 1, 0) * acts
+    chunk_bytes, start = [], 0
+    for n in stage.chunks:
+        chunk_bytes.append(sum(layer_bytes[start : start + n]))
+        start += n
+    chunk_bytes[0 if stage.is_first else -1] += outside_bytes
+    group = setup.megatron_options.microbatch_group_size_per_vp_stage or par.pp
+    peak = peak_in_flight(par.pp, stage.index, vpp, par.microbatches, group, chunk_bytes)
+    others = max(peak - acts, 0)
+    return others, others
 
 
 def fsdp2_groups(
@@ -149,28 +204,87 @@ def compose(
     tensor_parallel: TensorParallelExtras,
     grads_resident: bool,
     grads_cap: int,
+    compute_capability: float | None = None,
 ) -> Residency:
     """The rank's Residency: tensor parallelism and the pipeline as the framework runs them,
     then data parallelism -- DDP's buckets without ZeRO, ZeRO-2's sharded gradients, FSDP2's
-    groups at ZeRO-3 -- and the gradients capped on the GPU when the parameters live on the
-    host."""
+    groups at ZeRO-3, or the framework's own gradient buffer -- and the gradients capped on
+    the GPU when the parameters live on the host; the framework's workspaces on a GPU of
+    ``compute_capability``."""
     par = setup.parallel
+    fw = setup.framework_def
+    buffered = fw.gradients is GradientStore.main_grad_buffer
     ddp = None
     if has_ddp_buckets(setup, sharding.stage):
         ddp = DdpBuckets(counts.grad_bytes(setup.gradient_dtype.itemsize), par.bucket_view)
     gradients: ResidentGradients
     params: Params = NoGather()
-    fw = setup.framework_def
     if sharding.shards_parameters or (fw.always_fsdp and sharding.stage >= 3):
         params, gradients = fsdp2_groups(graph, setup, counts, sharding, totals)
     elif sharding.shards_gradients:
         gradients = ShardedGradients(totals, sharding)
+    elif buffered:
+        gradients = MainGradBuffer(totals)
     elif ddp is not None and ddp.bucket_view:
         gradients = BucketViewGradients(totals)
     else:
         gradients = ResidentGradients(totals)
     held: Gradients = gradients if grads_resident else OffloadedGradients(gradients, grads_cap)
-    return Residency(held, params, pipeline, tensor_parallel, ddp, graph.buffer_bytes)
+    return Residency(
+        held,
+        params,
+        pipeline,
+        tensor_parallel,
+        ddp,
+        graph.buffer_bytes,
+        framework_workspaces(setup, graph, compute_capability),
+        megatron_buffers(graph, setup, sharding) if buffered else None,
+        sum(t.nbytes for t in graph.persistent),
+    )
+
+
+def framework_workspaces(
+    setup: TrainingSetup, graph: OpGraph, compute_capability: float | None
+) -> Workspaces:
+    """The GEMM workspaces the framework's libraries keep (``workspaces.py``)."""
+    if setup.framework_def.workspaces is not FrameworkWorkspaces.te_cublas:
+        return NO_WORKSPACES
+    opts = setup.megatron_options
+    config = opts.cublas_workspace_config
+    grouped = opts.moe_grouped_gemm and any(
+        op.name.startswith("mlp.experts") for b in graph.kinds for op in b.ops
+    )
+    torch_bytes = cublas_workspace_bytes(config) if config is not None else None
+    te = opts.transformer_impl is TransformerImpl.transformer_engine
+    return te_cublas_workspaces(compute_capability, torch_bytes, grouped, te_gemms=te)
+
+
+def megatron_buffers(
+    graph: OpGraph, setup: TrainingSetup, sharding: Sharding
+) -> DistributedOptimizerBuffers | None:
+    """The distributed optimizer's padding on this rank (None without it: the
+    non-distributed layout has none). With a pipeline the word embedding and the output
+    layer's weight are taken as shared embeddings (a bucket of their own: at most
+    ``lcm(dp, 128)`` elements of padding more), tied or not."""
+    if sharding.stage != 1 or sharding.gpus == 1:
+        return None
+    opts = setup.megatron_options
+    size = bucket_size(opts.overlap_grad_reduce, opts.ddp_bucket_size, sharding.gpus)
+    tied_copy = setup.parallel.pp > 1
+    params: list[tuple[int, bool]] = []
+    for op in graph.prologue:
+        params += [(w.numel, tied_copy and op.name.endswith("word_embeddings")) for w in op.weights]
+    for i in range(graph.num_layers):
+        params += [(w.numel, False) for op in graph.block(i).ops for w in op.weights]
+    for op in graph.epilogue:
+        params += [(w.numel, tied_copy and op.name == "output_layer") for w in op.weights]
+    return distributed_optimizer_buffers(
+        params,
+        sharding.gpus,
+        size,
+        setup.weight_dtype.itemsize,
+        setup.gradient_dtype.itemsize,
+    )
 
 
 @dataclass(frozen=True)
@@ -230,5 +344,6 @@ def torch_rank(inp: RankInputs) -> tuple[Placement, Residency]:
         tensor_parallel=inp.extras,
         grads_resident=placed.grads_resident,
         grads_cap=placed.gpu_gradient_bytes,
+        compute_capability=inp.gpu.compute_capability,
     )
     return placed, rank

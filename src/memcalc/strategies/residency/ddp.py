@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memcalc.frameworks import GradientStore
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.residency.gradients import ResidentGradients
 
 
 def has_ddp_buckets(setup: TrainingSetup, stage: int) -> bool:
-    """DDP's buckets exist: data parallel without ZeRO (``stage`` 0), and not a -mixed recipe
-    (whose fp32 main-gradient buffer, as Megatron / DeepSpeed run it, is what is reduced)."""
-    return setup.parallel.dp > 1 and stage == 0 and not setup.precision.is_mixed
+    """DDP's buckets exist: data parallel without ZeRO (``stage`` 0), not a -mixed recipe
+    (whose fp32 main-gradient buffer, as Megatron / DeepSpeed run it, is what is reduced), and
+    not a framework whose own gradient buffer is what is reduced (Megatron-core's)."""
+    buffered = setup.framework_def.gradients is GradientStore.main_grad_buffer
+    return setup.parallel.dp > 1 and stage == 0 and not setup.precision.is_mixed and not buffered
 
 
 @dataclass(frozen=True)
@@ -51,4 +54,7 @@ class BucketViewGradients(ResidentGradients):
         return self.totals.full
 
     def at_loss(self, accumulated: bool) -> int:
+        return self.totals.full
+
+    def between_steps(self) -> int:
         return self.totals.full

@@ -62,6 +62,11 @@ class ResidentGradients:
         """Layers whose backward may set the peak beyond the timeline's own candidates."""
         return set()
 
+    def between_steps(self) -> int:
+        """Gradient bytes still allocated after the step (``zero_grad(set_to_none=True)``
+        frees every ``.grad``)."""
+        return 0
+
     def tail(self, accumulated: bool) -> tuple[Tail, ...]:
         """Moments after the embedding's backward (none: the gradients just stay)."""
         return ()

@@ -80,6 +80,8 @@ class GradientHolder(Protocol):
 
     def extra_candidates(self) -> set[int]: ...
 
+    def between_steps(self) -> int: ...
+
 
 class ParamsHolder(Protocol):
     """Weights gathered beyond a rank's resident parameters at each moment (bytes)."""

@@ -41,6 +41,9 @@ class OffloadedGradients:
     def extra_candidates(self) -> set[int]:
         return self.inner.extra_candidates()
 
+    def between_steps(self) -> int:
+        return 0
+
     def tail(self, accumulated: bool) -> tuple[Tail, ...]:
         return ()
 

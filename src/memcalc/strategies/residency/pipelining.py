@@ -22,9 +22,16 @@ class PipelineRetention:
     """The same at a later backward."""
     grad_received: bool = False
     """The gradient entering the stage's last layer is a receive buffer."""
+    after_step: int = 0
+    """Bytes the runtime still references once the step is over (not at the step's peak)."""
 
     @property
     def note(self) -> str:
+        if self.after_step and not self.buffer_bytes:
+            return (
+                f"Megatron pipeline: {self.after_step:,} bytes kept after the step (each model "
+                "chunk's last received input and its gradient, TransformerBlock.input_tensor)"
+            )
         if not self.buffer_bytes:
             return ""
         return (
@@ -38,9 +45,18 @@ NO_RETENTION = PipelineRetention()
 
 
 def megatron_pipeline(graph: OpGraph, microbatches: int, stage: Stage) -> PipelineRetention:
-    """Megatron-LM's schedules (``deallocate_output_tensor``): nothing kept beyond the
-    activations."""
-    return NO_RETENTION
+    """Megatron-LM's schedules: a sent output's data is freed (``schedules.py``
+    ``deallocate_output_tensor``) and inputs are received into fresh tensors, so nothing is
+    kept during the step beyond the activations. After it, each model chunk of a stage that
+    receives its input still holds the last micro-batch's input and that input's gradient:
+    ``forward_step`` hands the received tensor to ``set_input_tensor``, which
+    ``TransformerBlock.set_input_tensor`` keeps as ``self.input_tensor`` until the next
+    forward, and ``backward_step`` ``retain_grad()`` s it (``x.grad`` is the gradient it
+    sends back)."""
+    if stage.is_first or not graph.num_layers:
+        return NO_RETENTION
+    stream = graph.block(0).input.nbytes
+    return PipelineRetention(after_step=2 * stream * max(len(stage.chunks), 1))
 
 
 def torch_pipelining(graph: OpGraph, microbatches: int, stage: Stage) -> PipelineRetention:

@@ -62,6 +62,10 @@ class Bf16OptimizerGradients:
     def at_step(self) -> int:
         return self.buffer_bytes + self._full
 
+    def between_steps(self) -> int:
+        """The fp32 gradient buffer stays allocated between steps."""
+        return self.buffer_bytes
+
     def tail(self, accumulated: bool) -> tuple[Tail, ...]:
         """``update_hp_grads`` and the all-reduce, with the bf16 gradients still there."""
         extra = max(4 * self.largest, self.reduce_copy)

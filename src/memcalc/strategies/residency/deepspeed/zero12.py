@@ -203,6 +203,10 @@ class Zero12Gradients:
     def at_step(self) -> int:
         return self.resident + self.partition_bytes
 
+    def between_steps(self) -> int:
+        """The buffers held for the whole run (``resident``)."""
+        return self.resident
+
     def tail(self, accumulated: bool) -> tuple[Tail, ...]:
         """The epilogue's reductions: the last one (ZeRO-2), or every one of ZeRO-1's
         ``reduce_gradients`` with the gradients not yet copied into the bucket; then the

@@ -176,6 +176,10 @@ class Zero3Gradients:
     def at_step(self) -> int:
         return self.resident + self.norms
 
+    def between_steps(self) -> int:
+        """The ipg bucket and the gradient partitions (``resident``)."""
+        return self.resident
+
     def tail(self, accumulated: bool) -> tuple[Tail, ...]:
         """The epilogue's reduce-scatter of the last bucket."""
         last = [f for f in self.flushes if f.position == len(self.arrival.numels)]
