@@ -43,10 +43,17 @@ def test_cheapest_fit_is_the_minimum_added_time_among_fitting_candidates():
 
 
 def test_rtx_4090_llama_2_7b_fits_one_gpu_with_parameter_offload(capsys):
-    """The issue's case: estimate shows params=cpu fitting one RTX 4090; plan must find it."""
-    out = _run_json(
-        capsys, ["plan", "--model", "llama-2-7b", "--gpu", "rtx-4090-24gb", "--seq", "2048"]
-    )
+    """The issue's case: estimate shows params=cpu fitting one RTX 4090; plan must find it --
+    offered with --impractical, and named as impractical without it (its CPU optimizer step
+    leaves it under a tenth of the best tokens/s per GPU: issue 23)."""
+    argv = ["plan", "--model", "llama-2-7b", "--gpu", "rtx-4090-24gb", "--seq", "2048"]
+    default = _run_json(capsys, argv)
+    kind = default["gpus"][0]
+    assert default["min_gpus"]["rtx-4090-24gb"] > 1
+    assert kind["impractical"]["gpus"] == 1
+    rate = kind["impractical"]["tokens_per_second_per_gpu"]
+    assert rate * 10 < kind["best_tokens_per_second_per_gpu"]
+    out = _run_json(capsys, [*argv, "--impractical"])
     assert out["min_gpus"] == {"rtx-4090-24gb": 1}
     fewest = out["gpus"][0]["fewest"]
     assert fewest["gpus"] == 1 and "params=cpu" in fewest["offload"]

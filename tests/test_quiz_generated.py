@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memcalc.errors import MemcalcError
-from memcalc.estimate import Options, estimate
+from memcalc.estimate import DEFAULT_MFU, Options, estimate
 from memcalc.plan import added_seconds, cheapest_fit
 from memcalc.profiles import list_profiles, load_profile
 from memcalc.quiz.bank import NUM_OPTIONS, Lang, load_bank
@@ -309,8 +310,9 @@ def test_cheapest_fit_never_offers_a_tie_and_says_how_ties_break(model, gpu, set
     qs, _, spec, training, profile = _one(model, gpu, **setup)
     q = qs["cheapest-fit"]
     assert "When two strategies add the same time" in q.en.prompt
-    candidates = [
-        estimate(spec, training, profile, o) for o in default_strategies(spec.num_layers, training)
+    candidates = [  # at the quiz's one utilisation (its --mfu default)
+        estimate(spec, training, profile, replace(o, mfu=DEFAULT_MFU))
+        for o in default_strategies(spec.num_layers, training)
     ]
     answer = cheapest_fit(candidates)
     if answer is None:

@@ -129,7 +129,7 @@ def plan(
 
     >>> p = plan("llama-2-7b", gpu="h100", seq=4096, max_gpus=8)
     >>> p.kinds[0].fewest.gpus, p.fastest.gpus, p.to_dict()["min_gpus"]
-    (1, 8, {'h100-sxm-80gb': 1})
+    (2, 8, {'h100-sxm-80gb': 2})
     """
     from memcalc.plan.inputs import plan_request, run_plan
 

@@ -14,7 +14,7 @@ from memcalc.allocator.reserved import Reserved, reserved_for
 from memcalc.frameworks import ModelCode
 from memcalc.frameworks.features import Checkpointing
 from memcalc.graph.lower import lower_cached
-from memcalc.graph.ops import Component, OpGraph
+from memcalc.graph.ops import Block, Component, Gemm, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts, setup_param_counts
 from memcalc.profiles import GpuProfile
@@ -22,7 +22,7 @@ from memcalc.spec.megatron_setup import for_gpu
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
 from memcalc.spec.training import Attention, TrainingSetup
-from memcalc.steptime import StepTime, communication_seconds, step_time
+from memcalc.steptime import StepTime, rank_forward_flops, runtime_of, step_of
 from memcalc.strategies.checkpointing import framework_plan
 from memcalc.strategies.comms import Links, StepShape, Transfer, step_transfers
 from memcalc.strategies.offload import OffloadWhat
@@ -78,7 +78,9 @@ class Breakdown:
     forward_flops: int
     extra_forward_flops: int
     step_seconds: float
-    """Compute time of one step at ``options.mfu`` of the profile's dense peak."""
+    """Kernel time of one micro-batch (forward, backward and recompute; no communication,
+    bubble or optimizer step -- those are in ``time``). JSON: ``micro_batch_compute_seconds``
+    (and the old name ``step_seconds``)."""
     activation_plan: ActivationPlan
     optimizer_detail: OptimizerBytes
     assumptions: tuple[str, ...] = field(default=())
@@ -173,7 +175,10 @@ class Breakdown:
 
     @property
     def extra_seconds(self) -> float:
-        return self.step_seconds * self.extra_forward_flops / self.step_flops
+        """One micro-batch's recompute seconds."""
+        if self.time is None:
+            return 0.0
+        return self.time.recompute_seconds / self.setup.parallel.microbatches
 
     @property
     def transfer_hidden(self) -> bool:
@@ -451,8 +456,22 @@ def estimate_graph(
         others_later=later if par.microbatches > 1 else None,
         first_layer=stage.first_layer,
     )
-    flops_per_s = gpu.matmul_flops_per_s(setup.activation_dtype) * options.mfu
-    transfers = tuple(step_transfers(par, step_shape(graph, counts, setup, plan), links_of(gpu)))
+    runtime = options.runtime or runtime_of(setup)
+    shape = step_shape(graph, counts, setup, plan)
+    transfers = tuple(step_transfers(par, shape, links_of(gpu), runtime.overlaps))
+    time = step_of(
+        graph,
+        plan,
+        gpu,
+        runtime,
+        microbatches=par.microbatches,
+        pp=par.pp,
+        vpp=par.vpp,
+        cp=par.cp,
+        transfers=transfers,
+        placed=placed,
+        flat_flops_per_s=flat_rate(gpu, setup, options.mfu),
+    )
     comp = {c.value: plan.stored_by_component.get(c, 0) for c in Component}
     if gpu_acts != plan.stored_bytes:
         comp = {k: 0 for k in comp} | {"output": gpu_acts}
@@ -476,9 +495,10 @@ def estimate_graph(
         moved_bytes_per_step=placed.host_link_bytes + placed.nvme_link_bytes,
         transfer_seconds=placed.host_link_bytes / gpu.host_link_bytes_per_s
         + (placed.nvme_link_bytes / gpu.nvme_bytes_per_s if placed.nvme_link_bytes else 0.0),
-        forward_flops=graph.forward_flops,
+        forward_flops=rank_forward_flops(graph, par.cp),
         extra_forward_flops=plan.extra_forward_flops,
-        step_seconds=(3 * graph.forward_flops + plan.extra_forward_flops) / flops_per_s,
+        # one micro-batch's kernels (forward, backward, recompute)
+        step_seconds=(time.compute_seconds + time.recompute_seconds) / par.microbatches,
         activation_plan=plan,
         optimizer_detail=opt,
         assumptions=_assumptions(
@@ -493,7 +513,7 @@ def estimate_graph(
         + sharding.share(opt.persistent_temporary_bytes, 1),
         stage=stage.label if par.pp > 1 else "",
         transfers=transfers,
-        time=_step_time(graph, plan, par, placed, transfers, flops_per_s),
+        time=time,
         graph=graph,
         device=device,
     )
@@ -580,31 +600,6 @@ def _assumptions(
     return tuple(out)
 
 
-def _step_time(
-    graph: OpGraph,
-    plan: ActivationPlan,
-    par: Parallelism,
-    placed: Placement,
-    transfers: tuple[Transfer, ...],
-    flops_per_s: float,
-) -> StepTime:
-    """The step's time on this rank (``steptime``: the model ``plan`` ranks by)."""
-    critical, overlapping = communication_seconds(transfers)
-    return step_time(
-        micro_batch_compute_seconds=3 * graph.forward_flops / flops_per_s,
-        micro_batch_recompute_seconds=plan.extra_forward_flops / flops_per_s,
-        microbatches=par.microbatches,
-        pp=par.pp,
-        vpp=par.vpp,
-        critical_communication_seconds=critical,
-        overlapping_communication_seconds=overlapping,
-        offload_overlapped_seconds=placed.overlapped_seconds,
-        offload_exposed_seconds=placed.exposed_seconds,
-        backward_window_seconds=par.microbatches * 2 * graph.forward_flops / flops_per_s,
-        cpu_optimizer_seconds=placed.cpu_step_seconds,
-    )
-
-
 def _verdict_note(setup: TrainingSetup, options: Options, device: str) -> str:
     """How ``fits`` is judged for this step (the allocator replay, or the allocated peak with
     a reserve where the replay does not model the layout)."""
@@ -665,10 +660,17 @@ def _lora_note(setup: TrainingSetup, counts: ParamCounts) -> str:
     return "; ".join(parts)
 
 
+def flat_rate(gpu: GpuProfile, setup: TrainingSetup, mfu: float | None) -> float | None:
+    """``--mfu``'s rate: that fraction of the dense peak in the activation dtype (None: the
+    kernel model)."""
+    return None if mfu is None else gpu.matmul_flops_per_s(setup.activation_dtype) * mfu
+
+
 def step_shape(
     graph: OpGraph, counts: ParamCounts, setup: TrainingSetup, plan: ActivationPlan
 ) -> StepShape:
-    """What the rank's collectives depend on."""
+    """What the rank's collectives depend on: the stage's layers and MoE layers (a block whose
+    routed experts run as a grouped GEMM), the rows its experts receive, its parameters."""
     par = setup.parallel
     kinds = graph.kinds
     attn = next((b for b in kinds), None)
@@ -676,6 +678,8 @@ def step_shape(
     if attn is not None:
         kv_width = max((s.numel for s in attn.core_inputs[1:2]), default=0) // max(1, setup.tokens)
     forwards = plan.extra_forward_flops / max(1, graph.over_layers(lambda b: b.flops))
+    expert_rows = [_expert_rows(b) for b in kinds]
+    moe_layers = sum(c for r, c in zip(expert_rows, graph.kind_counts, strict=True) if r)
     return StepShape(
         tokens=setup.tokens,
         # the residual stream's width (sequence parallelism shards its tokens, not its width)
@@ -689,11 +693,23 @@ def step_shape(
         grad_bytes_per_param=setup.gradient_dtype.itemsize,
         weight_bytes_per_param=setup.weight_dtype.itemsize,
         layers=graph.num_layers,
-        moe_layers=0,
-        top_k=1,
+        moe_layers=moe_layers,
+        expert_rows=max(expert_rows, default=0),
         stage_params=counts.trainable,
         recompute_forwards=forwards,
+        expert_params=counts.optimizer_counts.expert,
     )
+
+
+def _expert_rows(block: Block) -> int:
+    """Rows a block's routed experts process per micro-batch on this rank (0: no routed
+    experts): the grouped GEMM over the expert weights (``ParamTensor.active_numel`` marks
+    them), its groups x rows per group -- the tokens the all-to-all brings in."""
+    for op in block.ops:
+        routed = any(w.active_numel is not None for w in op.weights)
+        if routed and isinstance(op.work, Gemm):
+            return op.work.groups * op.work.m
+    return 0
 
 
 def links_of(gpu: GpuProfile) -> Links:

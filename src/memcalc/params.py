@@ -95,6 +95,11 @@ class ParamCounts:
         """Bytes of every parameter on the device."""
         return (self.total - self.fixed_numel) * weight_itemsize + self.fixed_bytes
 
+    def trainable_weight_bytes(self, weight_itemsize: int) -> int:
+        """Bytes of the trained parameters on the device (what an optimizer step rewrites)."""
+        recipe = self.trainable - self.fixed_trainable_numel
+        return recipe * weight_itemsize + self.fixed_trainable_bytes
+
     def grad_bytes(self, grad_itemsize: int) -> int:
         """Bytes of every gradient."""
         recipe = self.trainable - self.fixed_trainable_numel

@@ -78,6 +78,9 @@ ALIASES: dict[str, str] = {
 }
 
 
+ARCHITECTURES = ("volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3")
+"""Tensor-core generations a profile's ``architecture`` may name."""
+
 MIN_FLOPS_PER_S = 1e9
 """A nonzero FLOP/s figure below this (1 GFLOP/s) is a typo, not a GPU."""
 MAX_FLOPS_PER_S = 1e18
@@ -88,6 +91,7 @@ MAX_BYTES_PER_S = 1e15
 PROFILE_LIMITS: dict[str, tuple[float, float]] = {
     "runtime_overhead_bytes": (0, 2**50),
     "gpus_per_node": (1, 4096),
+    "sm_count": (1, 4096),
     "host_memory_bytes_per_gpu": (0, 2**50),
     "nvme_bytes_per_gpu": (0, 2**60),
     "cpu_adam_params_per_s": (1e3, 1e15),
@@ -158,6 +162,32 @@ class GpuProfile:
         f"Dense FP8 tensor peak (0: none). {_REF}.",
         default=1978.9e12,
         ge=0,
+    )
+    architecture: str = spec_field(
+        "Tensor-core generation (volta, turing, ampere, ada, hopper, blackwell, cdna2, cdna3): "
+        f"which attention kernels run at which rate (``steptime/kernels.py``). {_REF} (hopper).",
+        default="hopper",
+    )
+    sm_count: int = spec_field(
+        "Streaming multiprocessors (AMD: compute units): a GEMM's tiles run in waves of this "
+        f"many (NVIDIA Matrix Multiplication Background guide, wave quantization). {_REF} (132).",
+        default=132,
+        ge=1,
+    )
+    bf16_matmul_efficiency: float = spec_field(
+        "Largest fraction of the dense 16-bit peak a well-shaped matmul reaches (maximum "
+        "achievable matmul FLOPS, measured: stas00/ml-engineering compute/accelerator "
+        f"README). {_REF} (H100 SXM: 794.5 of 989 TFLOP/s = 0.803).",
+        default=0.803,
+        gt=0,
+        le=1,
+    )
+    fp8_matmul_efficiency: float = spec_field(
+        "The same for fp8 matmuls (torch._scaled_mm, float8_e4m3fn). "
+        f"{_REF} (H100 SXM: 1402.6 of 1979 TFLOP/s = 0.709).",
+        default=0.709,
+        gt=0,
+        le=1,
     )
     compute_capability: float = spec_field(
         "CUDA compute capability major.minor (0: not a CUDA device); Transformer Engine picks "
@@ -245,6 +275,11 @@ class GpuProfile:
             object.__setattr__(self, "display_name", self.name)
 
     def _check(self) -> None:
+        if self.architecture not in ARCHITECTURES:
+            raise FieldError(
+                "architecture",
+                f"unknown value {self.architecture!r}; choose one of: {', '.join(ARCHITECTURES)}",
+            )
         for name, (low, high) in PROFILE_LIMITS.items():
             value = getattr(self, name)
             if not low <= value <= high:
@@ -315,6 +350,11 @@ class GpuProfile:
             host_memory_bytes_per_gpu=_positive_bytes(bytes_per_node) // self.gpus_per_node,
             notes=f"host RAM per node set to {bytes_per_node} bytes. {self.notes}".strip(),
         )
+
+    def matmul_efficiency(self, dtype: DType) -> float:
+        """The measured ceiling of a matmul in ``dtype`` as a fraction of its dense peak (the
+        16-bit figure for 16- and 32-bit inputs)."""
+        return self.fp8_matmul_efficiency if dtype is DType.fp8 else self.bf16_matmul_efficiency
 
     def matmul_flops_per_s(self, dtype: DType) -> float:
         """Dense peak for matmuls in ``dtype`` (fp32 uses TF32 tensor cores when present)."""

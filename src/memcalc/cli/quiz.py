@@ -9,12 +9,13 @@ import click
 
 from memcalc.cli.common import finetune_options, gpu_option, model_option, setup_options
 from memcalc.cli.options import Parsed, option
-from memcalc.inputs.catalog import MFU_FLAG
+from memcalc.inputs.catalog import MFU, MFU_FLAG
 from memcalc.inputs.flags import path
 from memcalc.inputs.read import FINETUNE_KEYS, finetune_fields
 from memcalc.quiz.bank import Difficulty, Lang, Topic
 from memcalc.quiz.command import Format, choices, quiz_command
 from memcalc.quiz.select import DEFAULT_COUNT, Source
+from memcalc.strategies.options import DEFAULT_MFU
 
 EXAMPLES = """\b
 Examples:
@@ -32,7 +33,12 @@ Examples:
 @setup_options
 @finetune_options
 @option(
-    MFU_FLAG.with_default(MFU_FLAG.default, help="Model-FLOPs utilisation for the times shown.")
+    MFU_FLAG.with_default(
+        DEFAULT_MFU,
+        parse=MFU,
+        help="Model-FLOPs utilisation for the times shown.",
+        show_default=True,
+    )
 )
 @click.option(
     "--count",

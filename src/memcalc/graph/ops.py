@@ -92,6 +92,56 @@ class ParamTensor:
 
 
 @dataclass(frozen=True)
+class Gemm:
+    """The matrix multiply an op runs, as a kernel sees it: ``groups`` independent products of
+    an (m x k) input with a (k x n) operand (a batched or grouped GEMM when ``groups`` > 1),
+    inputs in ``dtype``. Its backward runs the input-gradient product (m x n) @ (n x k) when
+    the input needs a gradient and the weight-gradient product (k x m) @ (m x n) when the
+    second operand is trained -- the shapes the step-time model rates (``steptime/gemm.py``).
+
+    >>> Gemm(8192, 4096, 1024, DType.bf16).flops
+    68719476736
+    """
+
+    m: int
+    k: int
+    n: int
+    dtype: DType
+    groups: int = 1
+    input_grad: bool = True
+    weight_grad: bool = True
+
+    @property
+    def flops(self) -> int:
+        """2 m k n per product (one multiply and one add per term)."""
+        return 2 * self.groups * self.m * self.k * self.n
+
+
+@dataclass(frozen=True)
+class AttentionWork:
+    """The problem a fused attention kernel (flash / cuDNN / memory-efficient) solves:
+    ``heads`` (batch x query heads) of ``q_len`` queries against ``kv_len`` keys, with q/k of
+    ``qk_dim`` and v of ``v_dim`` features; ``causal`` (a decoder's mask: the kernel skips the
+    key blocks wholly above the diagonal) and ``window`` (sliding-window attention: keys older
+    than the window are skipped too). As lowered, for this rank's queries and keys (under
+    context parallelism the step-time model lets the queries meet every rank's keys)."""
+
+    heads: int
+    q_len: int
+    kv_len: int
+    qk_dim: int
+    v_dim: int
+    dtype: DType
+    causal: bool = True
+    window: int | None = None
+
+    @property
+    def dense_flops(self) -> int:
+        """Forward FLOPs of the full (unmasked) score and value products."""
+        return 2 * self.heads * self.q_len * self.kv_len * (self.qk_dim + self.v_dim)
+
+
+@dataclass(frozen=True)
 class Op:
     """One forward op: what it saves for backward, and its forward FLOPs."""
 
@@ -114,6 +164,9 @@ class Op:
     recompute_freed: int = 0
     """Bytes of ``grad_bytes`` already freed when its block was rebuilt by a checkpoint's
     recompute (the backward of the ops after it ran before the recompute)."""
+    work: Gemm | AttentionWork | None = None
+    """The matmul or fused attention kernel this op runs (None: an elementwise / reduction op,
+    bound by memory traffic) -- what the step-time model rates."""
     kernel: str = ""
     """The aten kernel this op is, where a save-list policy tells kernels apart (a
     ``memcalc.frameworks.features.Kernel`` value: mm, sdpa, ...; "" for the others)."""
@@ -248,6 +301,7 @@ class Block:
                 op.grad_bytes,
                 op.params,
                 op.recompute_freed,
+                op.work,
             )
             for op in self.ops
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memcalc.graph.ops import Component, Op, ParamTensor, Saved
+from memcalc.graph.ops import AttentionWork, Component, Gemm, Op, ParamTensor, Saved
 from memcalc.spec.training import DType
 
 
@@ -95,13 +95,14 @@ class Scope:
         grads: int = 0,
         params: int = 0,
         weights: tuple[ParamTensor, ...] = (),
+        work: Gemm | AttentionWork | None = None,
         kernel: str = "",
         outputs: tuple[Saved, ...] = (),
     ) -> None:
         """Append an op; ``grads`` = bytes of its output gradient + its input gradients,
         ``params`` = elements of the weights whose gradients its backward writes, ``weights``
-        = the parameter tensors it owns, ``kernel`` / ``outputs`` what a save-list policy
-        reads (``Op.kernel``, ``Op.outputs``)."""
+        = the parameter tensors it owns, ``work`` = the matmul or attention kernel it runs,
+        ``kernel`` / ``outputs`` what a save-list policy reads (``Op.kernel``, ``Op.outputs``)."""
         self.ops.append(
             Op(
                 name,
@@ -113,6 +114,7 @@ class Scope:
                 grads,
                 params,
                 weights,
+                work=work,
                 kernel=kernel,
                 outputs=outputs,
             )

@@ -40,7 +40,7 @@ from memcalc.spec.training import (
     OptimizerKind,
     Precision,
 )
-from memcalc.strategies.options import DEFAULT_MFU, MIN_MFU
+from memcalc.strategies.options import MIN_MFU
 from memcalc.strategies.recompute import Recompute
 
 
@@ -54,7 +54,13 @@ MFU = number(MIN_MFU, 1.0)
 RATE = number(0.0, 1.0, high_open=True)
 """A dropout rate."""
 MFU_FLAG = Flag(
-    "mfu", ("--mfu",), MFU, DEFAULT_MFU, "Model-FLOPs utilisation used to turn FLOPs into time."
+    "mfu",
+    ("--mfu",),
+    optional(MFU),
+    None,
+    "Rate every matmul and attention kernel at this fraction of peak instead of by its shape "
+    "(default: the kernel model).",
+    show_default=False,
 )
 
 MODEL = Flag(
@@ -440,9 +446,7 @@ STRATEGY = (
         multiple=True,
         show_default=False,
     ),
-    Flag(
-        "mfu", ("--mfu",), MFU, DEFAULT_MFU, "Model-FLOPs utilisation used to turn FLOPs into time."
-    ),
+    MFU_FLAG,
 )
 ESTIMATE = (
     MODEL,
@@ -493,9 +497,7 @@ PLAN_ONLY = (
         1,
         "Accumulation steps without --global-batch (pipelines run at least pp).",
     ),
-    Flag(
-        "mfu", ("--mfu",), MFU, DEFAULT_MFU, "Model-FLOPs utilisation used to turn FLOPs into time."
-    ),
+    MFU_FLAG,
     Flag(
         "maximize",
         ("--maximize",),
@@ -505,6 +507,70 @@ PLAN_ONLY = (
     ),
     Flag("top", ("--top",), integer, 10, "Rows of the ranked table."),
 )
+PLAN_CONSTRAINTS = (
+    Flag(
+        "tp",
+        ("--tp",),
+        optional_text,
+        None,
+        "Tensor-parallel degrees to try: one (8) or a set (4,8).",
+    ),
+    Flag("pp", ("--pp",), optional_text, None, "Pipeline stages to try (e.g. 1,2,4)."),
+    Flag("cp", ("--cp",), optional_text, None, "Context-parallel degrees to try."),
+    Flag("ep", ("--ep",), optional_text, None, "Expert-parallel degrees to try (MoE)."),
+    Flag("zero", ("--zero",), optional_text, None, "ZeRO stages to try (e.g. 1 or 1,3)."),
+    Flag(
+        "recompute",
+        ("--recompute",),
+        optional_text,
+        None,
+        "Recompute strategies to try (e.g. none,selective,full).",
+    ),
+    Flag(
+        "offload",
+        ("--offload",),
+        text,
+        (),
+        "Offload combinations to try: none, optimizer=cpu, ... (comma-separated; + joins "
+        "one combination's parts: optimizer=cpu+activations=cpu).",
+        multiple=True,
+        show_default=False,
+    ),
+    Flag(
+        "no_offload",
+        ("--no-offload",),
+        bool,
+        False,
+        "Offload nothing.",
+        switch="",
+        show_default=False,
+    ),
+    Flag(
+        "max_step_time",
+        ("--max-step-time",),
+        optional_text,
+        None,
+        "Longest step accepted (e.g. 30s, 2min).",
+    ),
+    Flag(
+        "min_tokens_per_s",
+        ("--min-tokens-per-s",),
+        optional_text,
+        None,
+        "Least throughput accepted: in all (2M) or per GPU (3000/gpu).",
+    ),
+    Flag(
+        "impractical",
+        ("--impractical",),
+        bool,
+        False,
+        "Also offer configurations under 1/10 of the best tokens/s per GPU found.",
+        switch="",
+        show_default=False,
+    ),
+)
+"""``memcalc plan``'s limits on the search (``plan.constraints.parse_constraints`` reads
+them): the layout flags here are sets to search, not the setup's layout."""
 PLAN = (
     MODEL,
     REVISION,
@@ -517,5 +583,6 @@ PLAN = (
     *PLAN_ONLY[1:5],
     *FIT,
     *PLAN_ONLY[5:],
+    *PLAN_CONSTRAINTS,
 )
 """The inputs of ``memcalc plan`` (and ``memcalc.plan``), in ``--help`` order."""

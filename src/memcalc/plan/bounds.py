@@ -26,7 +26,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from memcalc.errors import MemcalcError
-from memcalc.estimate import Options, links_of, stage_param_counts, step_shape
+from memcalc.estimate import Options, flat_rate, links_of, stage_param_counts, step_shape
 from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
@@ -37,11 +37,31 @@ from memcalc.profiles import GpuProfile
 from memcalc.spec.compat import framework_fallback
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
-from memcalc.steptime import communication_seconds, step_time
-from memcalc.strategies.comms import StepShape, step_transfers
+from memcalc.steptime import (
+    Kernels,
+    MicroBatch,
+    kernels_of,
+    micro_batch,
+    optimizer_step_seconds,
+    runtime_of,
+    step_time,
+)
+from memcalc.steptime.schedule import (
+    Windows,
+    compose,
+    exposed_collectives,
+    offload_exposed,
+    windows_of,
+)
+from memcalc.strategies.comms import (
+    StepShape,
+    Transfer,
+    data_parallel_transfers,
+    model_parallel_transfers,
+)
 from memcalc.strategies.offload import Offload, OffloadWhat, OffloadWhere
-from memcalc.strategies.pipeline import in_flight, pipeline_stages
-from memcalc.strategies.placement import Placement, place
+from memcalc.strategies.pipeline import Stage, in_flight, pipeline_stages
+from memcalc.strategies.placement import HostTraffic, Placement, place
 from memcalc.strategies.recompute import ActivationPlan, Recompute, plan_for, sqrt_k
 from memcalc.strategies.sharding import Sharding
 from memcalc.validate import derive
@@ -67,6 +87,12 @@ class StageFacts:
     last_extra_flops: dict[Recompute, int]
     shape: StepShape
     """What the first stage's collectives depend on (without recompute)."""
+    kernels: MicroBatch
+    """One micro-batch's kernel time on the first stage..."""
+    last_kernels: MicroBatch
+    """... and on the slowest stage (``last_*``: that stage's)."""
+    last_shape: StepShape
+    """What the slowest stage's collectives depend on."""
 
     @property
     def flops_per_saved_byte(self) -> float:
@@ -110,6 +136,7 @@ def fixed_options(num_layers: int, base: Options) -> dict[Recompute, Options]:
             every=k if r is Recompute.every_k else None,
             mfu=base.mfu,
             headroom=base.headroom,
+            runtime=base.runtime,
             alloc_conf=base.alloc_conf,
         )
         for r in (Recompute.none, Recompute.selective, Recompute.every_k, Recompute.full)
@@ -124,7 +151,8 @@ class Bounds:
     ) -> None:
         self.spec, self.base, self.gpu = spec, base, gpu
         self.fixed = fixed_options(spec.num_layers, options)
-        self.flops_per_s = gpu.matmul_flops_per_s(base.activation_dtype) * options.mfu
+        self.runtime = options.runtime or runtime_of(base)
+        self.flat = flat_rate(gpu, base, options.mfu)
         # automatic headroom prunes with none: a step whose reserved memory is replayed may use
         # the whole device, and the bound (an allocated-peak bound) is below its reserved peak
         self.usable = gpu.memory_bytes - int(gpu.memory_bytes * (options.headroom or 0.0))
@@ -133,7 +161,10 @@ class Bounds:
         self._by_split: dict[tuple[object, ...], StageFacts | None] = {}
         self._counts: dict[tuple[object, ...], tuple[ParamCounts, OptimizerBytes]] = {}
         self._placements: dict[tuple[int, int, int, int], Placement] = {}
-        self._transfers: dict[tuple[object, ...], tuple[float, float]] = {}
+        self._transfers: dict[tuple[object, ...], Windows] = {}
+        self._heads: dict[tuple[object, ...], Windows] = {}
+        self._dp: dict[tuple[object, ...], list[Transfer]] = {}
+        self.overlaps = self.runtime.overlaps
         self.links = links_of(gpu)
 
     def facts(self, layout: Candidate) -> StageFacts | None:
@@ -169,7 +200,14 @@ class Bounds:
             stages = pipeline_stages(graph, setup.parallel, tied=self.spec.tie_embeddings)
         except MemcalcError:
             return None
-        stage, last = stages[0], stages[-1]
+        cp = setup.parallel.cp
+
+        def kernels(st: Stage) -> MicroBatch:
+            return micro_batch(st.graph, self.gpu, self.runtime, cp=cp, flat_flops_per_s=self.flat)
+
+        # the slowest stage's kernels bound the step too (the LM head's, or a stage of
+        # heavier layers: DeepSeek's MoE layers after its dense ones)
+        stage, last = stages[0], max(stages, key=lambda st: kernels(st).seconds)
         # the parameters do not depend on the micro-batch or the sequence split
         key = (setup.parallel.tp, setup.parallel.pp, setup.parallel.ep)
         if key not in self._counts:
@@ -187,6 +225,7 @@ class Bounds:
             except MemcalcError:  # every-k with k over a stage's layers
                 plans.pop(r, None)
                 continue
+        shape = step_shape(g, counts, setup, plans[Recompute.none])
         return StageFacts(
             counts=counts,
             optimizer=optimizer,
@@ -198,7 +237,17 @@ class Bounds:
             graph=g,
             last_forward_flops=last.graph.forward_flops,
             last_extra_flops=last_extra,
-            shape=step_shape(g, counts, setup, plans[Recompute.none]),
+            shape=shape,
+            kernels=kernels(stage),
+            last_kernels=kernels(last),
+            last_shape=shape
+            if last is stage
+            else step_shape(
+                last.graph,
+                stage_param_counts(self.spec, setup, graph, last),
+                setup,
+                plan_for(last.graph, Recompute.none),
+            ),
         )
 
     def placement(self, facts: StageFacts, dp: int, zero: int, choice: int) -> Placement:
@@ -213,19 +262,48 @@ class Bounds:
             )
         return hit
 
-    def communication(self, facts: StageFacts, layout: Candidate, zero: int) -> tuple[float, float]:
-        """Seconds of the first stage's collectives without recompute: (on the critical path,
-        overlapping compute). Recompute only repeats some of them."""
-        par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
-        key = (id(facts.shape), par)
+    def communication(
+        self,
+        facts: StageFacts,
+        layout: Candidate,
+        zero: int,
+        forwards: float = 0.0,
+        shape: StepShape | None = None,
+    ) -> Windows:
+        """The first stage's collectives (``shape``: another stage's), summed by window, with
+        ``forwards`` extra forwards of recompute repeating theirs (0: a lower bound for any
+        recompute)."""
+        of = shape or facts.shape
+        key = (id(of), layout.parallel, zero, forwards)
         hit = self._transfers.get(key)
         if hit is None:
-            transfers = tuple(step_transfers(par, facts.shape, self.links))
-            hit = self._transfers[key] = communication_seconds(transfers)
+            # the model-parallel collectives do not depend on the ZeRO stage, the
+            # data-parallel ones not on recompute: each is built once, and summed in
+            # step_transfers' order
+            head_key = (id(of), layout.parallel, forwards)
+            head = self._heads.get(head_key)
+            if head is None:
+                shape = dataclasses.replace(of, recompute_forwards=forwards)
+                m = layout.parallel.microbatches
+                head = self._heads[head_key] = windows_of(
+                    model_parallel_transfers(layout.parallel, shape, self.links, self.overlaps),
+                    m,
+                )
+            dp_key = (id(of), layout.parallel, zero)
+            dp = self._dp.get(dp_key)
+            if dp is None:
+                par = derive(layout.parallel, zero=zero)  # a valid layout at any ZeRO stage
+                dp = self._dp[dp_key] = data_parallel_transfers(par, of, self.links, self.overlaps)
+            hit = self._transfers[key] = windows_of(dp, layout.parallel.microbatches, head)
         return hit
 
     def configurations(
-        self, facts: StageFacts, layout: Candidate, zeros: tuple[int, ...], choices: list[int]
+        self,
+        facts: StageFacts,
+        layout: Candidate,
+        zeros: tuple[int, ...],
+        choices: list[int],
+        recomputes: frozenset[Recompute] | None = None,
     ) -> tuple[
         list[tuple[int, int, Recompute, int, float]], int, tuple[int, int, Recompute, int, float]
     ]:
@@ -236,24 +314,37 @@ class Bounds:
         par = layout.parallel
         m, k, outside = par.microbatches, facts.in_flight, facts.outside_blocks_bytes
         k_later = facts.in_flight_later
-        fps = self.flops_per_s
-        compute = 3 * facts.forward_flops / fps
-        backward_window = m * 2 * facts.forward_flops / fps
-        last = 3 * facts.last_forward_flops / fps
+        first, last = facts.kernels, facts.last_kernels
+        per_flop = first.seconds_per_recompute_flop()
+        block_flops = max(1, facts.graph.over_layers(lambda b: b.flops))
         plans = [
-            (r, p.stored_bytes, p.extra_forward_flops, facts.last_extra_flops[r])
+            (
+                r,
+                p.stored_bytes,
+                p.extra_forward_flops / block_flops,
+                first.recompute_seconds(p),
+                last_kernels_recompute(last, facts.last_extra_flops[r]),
+            )
             for r, p in facts.plans.items()
+            if recomputes is None or r in recomputes
         ]
-        plans.append((Recompute.budget, facts.min_stored_bytes, 0, 0))
+        if recomputes is None or Recompute.budget in recomputes:
+            plans.append((Recompute.budget, facts.min_stored_bytes, 0.0, 0.0, 0.0))
         none_stored = facts.plans[Recompute.none].stored_bytes
         per_byte = facts.flops_per_saved_byte
         overhead = self.gpu.runtime_overhead_bytes
-        to_host = 2 * m / self.gpu.host_link_bytes_per_s
         usable = self.usable
+        base_kernels = kernels_of(first)
+        last_base = kernels_of(last)
+        link = self.gpu.host_link_bytes_per_s
         out: list[tuple[int, int, Recompute, int, float]] = []
         total, least = 0, (0, 0, Recompute.none, -1, 0.0)
         for zero in zeros:
-            critical, overlapping = self.communication(facts, layout, zero)
+            # what does not depend on the offload choice, once per ZeRO stage: the collectives
+            # per recompute's extra forwards, and the last stage's bound per recompute
+            windows: dict[float, Windows] = {}
+            fixed_parts: dict[tuple[float, float], float] = {}
+            tails: dict[Recompute, float] = {}
             for choice in choices:
                 if par.dp > 1 and zero < REQUIRED_ZERO[choice]:
                     continue
@@ -261,9 +352,9 @@ class Bounds:
                 grads = placed.gpu_gradient_bytes
                 accumulated = grads if m > 1 and placed.grads_resident else 0
                 states = placed.gpu_parameter_bytes + placed.gpu_optimizer_bytes + overhead
-                overlapped = placed.overlapped_seconds
                 acts_off = ACTIVATIONS in OFFLOADS[choice]
-                for r, stored, extra, last_extra in plans:
+                optimizer = optimizer_step_seconds(placed, self.gpu)
+                for r, stored, forwards, recompute, last_recompute in plans:
                     total += 1
                     acts = (stored if stored < outside else outside) if acts_off else stored
                     held = acts * k
@@ -280,35 +371,81 @@ class Bounds:
                         cap = (usable - states) // (k or 1)
                         if accumulated:
                             cap = min(cap, (usable - states - accumulated) // (k_later or 1))
-                        extra = int(max(0, none_stored - cap) * per_byte)
+                        recompute = max(0, none_stored - cap) * per_byte * per_flop
                     # save_on_cpu moves every micro-batch's activations down and back up
-                    seconds = step_time(
-                        micro_batch_compute_seconds=compute,
-                        micro_batch_recompute_seconds=extra / fps,
-                        microbatches=m,
-                        pp=par.pp,
-                        vpp=par.vpp,
-                        critical_communication_seconds=critical,
-                        overlapping_communication_seconds=overlapping,
-                        offload_overlapped_seconds=overlapped + (stored - acts) * to_host,
-                        offload_exposed_seconds=placed.exposed_seconds,
-                        backward_window_seconds=backward_window,
-                        cpu_optimizer_seconds=placed.cpu_step_seconds,
-                    ).total_seconds
-                    # the last stage (LM head and loss) computes at least as long
-                    tail = step_time(
-                        micro_batch_compute_seconds=last,
-                        micro_batch_recompute_seconds=last_extra / fps,
-                        microbatches=m,
-                        pp=par.pp,
-                        vpp=par.vpp,
-                    ).total_seconds
+                    host = placed.traffic
+                    if stored > acts:
+                        host = HostTraffic(
+                            host.forward_up,
+                            host.forward_down + stored - acts,
+                            host.backward_up + stored - acts,
+                            host.backward_down,
+                            host.step_down,
+                            host.step_up,
+                            host.nvme_seconds,
+                        )
+                    kern = Kernels(
+                        base_kernels.forward,
+                        base_kernels.backward,
+                        recompute,
+                        base_kernels.matmul,
+                        base_kernels.attention,
+                    )
+                    # kernels and collectives depend on the recompute, not on the offload:
+                    # once per (recompute, its seconds); then total_seconds' sum
+                    fixed = fixed_parts.get((forwards, recompute))
+                    if fixed is None:
+                        w = windows.get(forwards)
+                        if w is None:
+                            w = windows[forwards] = self.communication(
+                                facts, layout, zero, forwards
+                            )
+                        exposed = exposed_collectives(kern, m, w)
+                        fixed = fixed_parts[(forwards, recompute)] = compose(
+                            kern,
+                            microbatches=m,
+                            pp=par.pp,
+                            vpp=par.vpp,
+                            critical_per_micro_batch=exposed[0],
+                            critical_per_step=exposed[1],
+                            offload_seconds=0.0,
+                            cpu_optimizer_seconds=0.0,
+                            optimizer_seconds=0.0,
+                        ).kernels_and_collectives_seconds
+                    seconds = (
+                        fixed
+                        + offload_exposed(kern, m, host, link)
+                        + placed.cpu_step_seconds
+                        + optimizer
+                    )
+                    # the slowest stage (the LM head's, or heavier layers') takes at least
+                    # its kernels and the collectives of its own layers
+                    tail = tails.get(r)
+                    if tail is None:
+                        tail = tails[r] = step_time(
+                            Kernels(
+                                last_base.forward,
+                                last_base.backward,
+                                last_recompute,
+                                last_base.matmul,
+                                last_base.attention,
+                            ),
+                            microbatches=m,
+                            pp=par.pp,
+                            vpp=par.vpp,
+                            windows=self.communication(facts, layout, zero, 0.0, facts.last_shape),
+                        ).total_seconds
                     if tail > seconds:
                         seconds = tail
                     out.append((zero, choice, r, memory, seconds))
                     if least[3] < 0 or memory < least[3]:
                         least = (zero, choice, r, memory, seconds)
         return out, total, least
+
+
+def last_kernels_recompute(last: MicroBatch, extra_flops: int) -> float:
+    """A lower bound on the last stage's recompute seconds for ``extra_flops``."""
+    return extra_flops * last.seconds_per_recompute_flop()
 
 
 ACTIVATIONS = Offload(OffloadWhat.activations, OffloadWhere.cpu)

@@ -7,12 +7,18 @@ from typing import Any
 
 from memcalc.errors import MemcalcError
 from memcalc.inputs import catalog, read_inputs, with_configs
+from memcalc.plan.constraints import parse_constraints
 from memcalc.plan.maximize import Maximize, Maximized, maximize
 from memcalc.plan.search import PlanRequest, PlanResult, plan
 from memcalc.profiles import DEFAULT_GPU, GpuProfile
 from memcalc.spec.model import ModelSpec
 from memcalc.strategies.options import Options
 from memcalc.units import parse_count
+
+CONSTRAINT_NAMES = tuple(f.name for f in catalog.PLAN_CONSTRAINTS)
+"""The flags ``parse_constraints`` reads."""
+PLAN_INPUTS = tuple(f for f in catalog.PLAN if f.name not in CONSTRAINT_NAMES)
+"""The flags a ``--config`` file may set."""
 
 MAX_GPUS = 65536
 """The most GPUs ``--max-gpus`` may ask for (the search grows with it)."""
@@ -26,8 +32,11 @@ def plan_request(
 ) -> tuple[PlanRequest, Maximize | None, tuple[str, ...]]:
     """The request the flag values make (of ``spec`` and on ``gpus`` when given, else of
     ``--model`` on ``--gpu``), validated; the lines to print on stderr."""
-    values, given, from_files = with_configs(values, given, catalog.PLAN, "plan")
-    inputs = read_inputs(values, given, gpus or tuple(values["gpus"] or (DEFAULT_GPU,)), spec)
+    # a --config file's layout is no limit on the search (its tp, zero, ... stay unused)
+    values, given, from_files = with_configs(values, given, PLAN_INPUTS, "plan")
+    # --tp, --zero, ... of plan are sets to search, not the setup's layout
+    setup_values = {k: v for k, v in values.items() if k not in CONSTRAINT_NAMES}
+    inputs = read_inputs(setup_values, given, gpus or tuple(values["gpus"] or (DEFAULT_GPU,)), spec)
     max_gpus = _bounded("--max-gpus", values["max_gpus"], 1, MAX_GPUS)
     top = _bounded("--top", values["top"], 1, 1000)
     _bounded("--microbatches", values["microbatches"], 1, 10**6)
@@ -45,6 +54,7 @@ def plan_request(
         global_batch=global_batch,
         options=Options(mfu=values["mfu"], headroom=inputs.headroom, alloc_conf=inputs.alloc_conf),
         top=top,
+        constraints=parse_constraints(**{k: values[k] for k in CONSTRAINT_NAMES}),
     )
     return request, what, from_files + inputs.said
 

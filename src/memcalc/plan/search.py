@@ -25,11 +25,12 @@ from typing import NamedTuple
 from memcalc.errors import MemcalcError
 from memcalc.estimate import Breakdown, Options, estimate
 from memcalc.plan.bounds import Bounds, StageFacts, layout_setup
+from memcalc.plan.constraints import IMPRACTICAL_FACTOR, NO_CONSTRAINTS, Constraints
 from memcalc.plan.space import Candidate, layouts
 from memcalc.plan.strategies import OFFLOADS, complexity
 from memcalc.profiles import GpuProfile
 from memcalc.spec.model import ModelSpec
-from memcalc.spec.training import OptimizerKind, TrainingSetup
+from memcalc.spec.training import Attention, OptimizerKind, TrainingSetup
 from memcalc.strategies.offload import Offload, OffloadWhat, OffloadWhere
 from memcalc.strategies.recompute import Recompute
 
@@ -58,6 +59,8 @@ class PlanRequest:
     """MFU and headroom (the strategy fields are searched)."""
     top: int = 10
     """Rows of the ranked table."""
+    constraints: Constraints = NO_CONSTRAINTS
+    """Fixed degrees, allowed strategies, step-time and throughput limits."""
 
 
 class Config(NamedTuple):
@@ -136,6 +139,11 @@ class KindResult:
     """Per world size below the fewest that fit: the configuration with the least memory."""
     world_sizes: list[int] = field(default_factory=list)
     tally: Tally = field(default_factory=Tally)
+    impractical: Row | None = None
+    """The fastest configuration at fewer GPUs than ``fewest`` that fits but is impractical
+    (its tokens/s per GPU under 1/IMPRACTICAL_FACTOR of ``best_rate``); None: none."""
+    best_rate: float = 0.0
+    """The best tokens/s per GPU of any configuration estimated in full."""
 
 
 def search_kind(
@@ -158,7 +166,12 @@ class _Search:
         self.tally = Tally()
         self.done: dict[tuple[object, ...], Row | None] = {}
         self.closest: dict[int, Config] = {}
-        self.offloads = [i for i, o in enumerate(OFFLOADS) if self._offload_applies(o)]
+        self.constraints = request.constraints
+        self.offloads = [
+            i
+            for i, o in enumerate(OFFLOADS)
+            if self._offload_applies(o) and self.constraints.offload_allowed(o)
+        ]
 
     def _offload_applies(self, choice: tuple[Offload, ...]) -> bool:
         """NVMe only where the profile has it; optimizer offload only when the optimizer
@@ -177,11 +190,13 @@ class _Search:
     def run(self) -> KindResult:
         shapes, passing = self._enumerate()
         passing.sort(key=lambda c: (c.seconds_per_token_bound, c.memory_bound))
-        fewest = self._fewest(passing)
         rows = self._fastest(passing)
+        fewest, impractical = self._practical_fewest(passing)
+        rows = [r for r in rows if self._practical(r)]
         if self.progress:
             self.progress(1.0)
-        limit = fewest.gpus if fewest else math.inf
+        first = impractical or fewest
+        limit = first.gpus if first is not None else math.inf
         closest = [
             row.breakdown
             for n, c in sorted(self.closest.items())
@@ -194,7 +209,45 @@ class _Search:
             closest=closest,
             world_sizes=sorted({s.world_size for s in shapes}),
             tally=self.tally,
+            impractical=impractical,
+            best_rate=self._best_rate(),
         )
+
+    def _best_rate(self) -> float:
+        """The best tokens/s per GPU of the rows estimated so far that answer the request."""
+        return max(
+            (r.tokens_per_second_per_gpu for r in self.done.values() if r and self._answers(r)),
+            default=0.0,
+        )
+
+    def _practical(self, row: Row) -> bool:
+        if self.constraints.show_impractical:
+            return True
+        return row.tokens_per_second_per_gpu * IMPRACTICAL_FACTOR >= self._best_rate()
+
+    def _answers(self, row: Row) -> bool:
+        """The row fits and meets the request's step-time and throughput limits."""
+        return row.breakdown.fits and self.constraints.fast_enough(
+            row.step_seconds, row.tokens_per_step, row.gpus
+        )
+
+    def _practical_fewest(self, passing: list[Config]) -> tuple[Row | None, Row | None]:
+        """The fastest answer at the fewest GPUs whose rate is practical, and the impractical
+        one at fewer GPUs it passed over (None: none). The best rate only grows as more rows
+        are estimated, so an answer is re-checked until it stays practical."""
+        skipped: Row | None = None
+        above = 0
+        while True:
+            floor = (
+                0.0
+                if self.constraints.show_impractical or skipped is None
+                else (self._best_rate() / IMPRACTICAL_FACTOR)
+            )
+            row = self._fewest(passing, above, floor)
+            if row is None or self._practical(row):
+                return row, skipped
+            skipped = skipped or row
+            above = row.gpus
 
     def any_fit(self) -> Row | None:
         """Some fitting configuration (the least memory bound first), or None: nothing fits."""
@@ -202,15 +255,16 @@ class _Search:
         passing.sort(key=lambda c: (c.memory_bound, c.seconds_per_token_bound))
         for c in passing:
             row = self._evaluate(c)
-            if row is not None and row.breakdown.fits:
+            if row is not None and self._answers(row):
                 return row
         return None
 
     def _enumerate(self) -> tuple[list[Candidate], list[Config]]:
         """Every layout, and the configurations that pass the memory bound."""
         req, spec = self.request, self.request.spec
-        shapes = list(
-            layouts(
+        shapes = [
+            layout
+            for layout in layouts(
                 spec,
                 max_gpus=req.max_gpus,
                 gpus_per_node=self.gpu.gpus_per_node,
@@ -218,8 +272,11 @@ class _Search:
                 global_batch=req.global_batch,
                 batch=req.setup.batch,
                 microbatches=req.setup.parallel.microbatches,
+                # context parallelism needs a fused kernel (ring attention over SDPA / flash)
+                context_parallel=req.setup.attention is not Attention.eager,
             )
-        )
+            if self.constraints.layout_allowed(layout.parallel)
+        ]
         passing: list[Config] = []
         for i, layout in enumerate(shapes):
             facts = self.bounds.facts(layout)
@@ -232,34 +289,45 @@ class _Search:
     def _configs(self, layout: Candidate, facts: StageFacts) -> list[Config]:
         """The layout's configurations that pass the memory bound (the rest are counted)."""
         tokens = layout.sequences * self.request.setup.seq
-        zeros = (0, 1, 2, 3) if layout.parallel.dp > 1 else (0,)
-        passing, total, least = self.bounds.configurations(facts, layout, zeros, self.offloads)
+        zeros = self.constraints.zeros(layout.parallel.dp)
+        passing, total, least = self.bounds.configurations(
+            facts, layout, zeros, self.offloads, self.constraints.recompute
+        )
         self.tally.configurations += total
         self.tally.rejected += total - len(passing)
         n = layout.world_size
         if n not in self.closest or least[3] < self.closest[n].memory_bound:
             self.closest[n] = Config(least[4] / tokens, least[3], layout, *least[:3])
+        # a lower bound on the step time that already breaks a limit cannot pass in full
+        fast = self.constraints.fast_enough
         return [
             Config(secs / tokens, mem, layout, zero, choice, r)
             for zero, choice, r, mem, secs in passing
+            if fast(secs, tokens, n)
         ]
 
     # -- the questions ---------------------------------------------------------------------
 
-    def _fewest(self, passing: list[Config]) -> Row | None:
-        """The fastest fitting configuration at the smallest world size where one fits."""
+    def _fewest(self, passing: list[Config], above: int = 0, min_rate: float = 0.0) -> Row | None:
+        """The fastest answering configuration at the smallest world size (over ``above``)
+        where one fits; configurations whose time bound already puts them under ``min_rate``
+        tokens/s per GPU are not estimated (the bound is sorted: none after them can reach
+        it)."""
         by_size: dict[int, list[Config]] = {}
         for c in passing:
-            by_size.setdefault(c.layout.world_size, []).append(c)
+            if c.layout.world_size > above:
+                by_size.setdefault(c.layout.world_size, []).append(c)
         for n in sorted(by_size):
             best: Row | None = None
             for c in by_size[n]:
                 if best is not None and c.seconds_per_token_bound >= best.seconds_per_token:
                     break
+                if min_rate and c.seconds_per_token_bound * n * min_rate > 1:
+                    break
                 row = self._evaluate(c)
                 if (
                     row is not None
-                    and row.breakdown.fits
+                    and self._answers(row)
                     and (best is None or row.rank < best.rank)
                 ):
                     best = row
@@ -280,7 +348,7 @@ class _Search:
             if key in best and c.seconds_per_token_bound >= best[key].seconds_per_token:
                 continue
             row = self._evaluate(c)
-            if row is not None and row.breakdown.fits:
+            if row is not None and self._answers(row):
                 if key not in best or row.rank < best[key].rank:
                     best[key] = row
         return sorted(best.values(), key=lambda r: r.rank)[:top]
@@ -307,6 +375,7 @@ class _Search:
                     offload=OFFLOADS[c.offload],
                     mfu=base.mfu,
                     headroom=base.headroom,
+                    runtime=base.runtime,
                     alloc_conf=base.alloc_conf,
                 )
                 row = Row(c.layout, estimate(self.request.spec, setup, self.gpu, options))
@@ -333,6 +402,7 @@ class _Search:
                 offload=OFFLOADS[c.offload],
                 mfu=base.mfu,
                 headroom=base.headroom,
+                runtime=base.runtime,
                 alloc_conf=base.alloc_conf,
             )
             row = Row(c.layout, estimate(self.request.spec, setup, self.gpu, options))

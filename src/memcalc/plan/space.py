@@ -110,10 +110,12 @@ def layouts(
     global_batch: int | None,
     batch: int,
     microbatches: int,
+    context_parallel: bool = True,
 ) -> Iterator[Candidate]:
-    """Every layout of the search (see the module docstring), fewest GPUs first."""
+    """Every layout of the search (see the module docstring), fewest GPUs first;
+    ``context_parallel`` False leaves cp > 1 out (eager attention has no ring kernel)."""
     tps = [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= min(gpus_per_node, max_gpus)]
-    cps = [c for c in CP_CHOICES if c == 1 or seq % (2 * c) == 0]
+    cps = [c for c in CP_CHOICES if c == 1 or (context_parallel and seq % (2 * c) == 0)]
     pps = pipeline_choices(spec.num_layers)
     experts = spec.moe.num_experts if spec.moe is not None else 1
     for n in world_sizes(max_gpus, gpus_per_node):

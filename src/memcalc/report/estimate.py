@@ -378,7 +378,7 @@ def render_detail(b: Breakdown, fmt: Format, unit: Unit, *, width: int | None = 
     ]
     costs = [
         [
-            f"step compute (at MFU {b.options.mfu:.2f})",
+            f"micro-batch compute ({time_basis(b.options.mfu)})",
             f"{format_flops(b.step_flops)}, {format_seconds(b.step_seconds)}",
         ],
         [
@@ -441,12 +441,29 @@ def _time_rows(b: Breakdown) -> list[list[str]]:
         ("exposed communication", t.communication_seconds),
         ("exposed offload", t.offload_seconds),
         ("CPU optimizer step", t.cpu_optimizer_seconds),
+        ("optimizer step", t.optimizer_seconds),
     ]
     shown = " + ".join(f"{name} {format_seconds(v)}" for name, v in parts if v > 0)
-    return [
-        ["step time", f"{format_seconds(t.total_seconds)} = {shown}"],
-        ["added time (what plan ranks by)", f"+{format_seconds(t.added_seconds)}"],
-    ]
+    kernels = (
+        ("matmuls", t.matmul_seconds),
+        ("attention", t.attention_seconds),
+        ("memory-bound ops", t.memory_bound_seconds),
+    )
+    split = ", ".join(f"{name} {format_seconds(v)}" for name, v in kernels if v > 0)
+    rows = [["step time", f"{format_seconds(t.total_seconds)} = {shown}"]]
+    if split:
+        rows.append(["compute by kernel", split])
+    rows.append(["added time (what plan ranks by)", f"+{format_seconds(t.added_seconds)}"])
+    return rows
+
+
+def time_basis(mfu: float | None) -> str:
+    """How the time was computed, in words.
+
+    >>> time_basis(None), time_basis(0.4)
+    ('kernels by shape', 'every matmul at MFU 0.40')
+    """
+    return "kernels by shape" if mfu is None else f"every matmul at MFU {mfu:.2f}"
 
 
 def _rebuild_row(b: Breakdown, unit: Unit) -> list[list[str]]:

@@ -8,6 +8,8 @@ from typing import Any
 
 from memcalc.estimate import Breakdown
 from memcalc.plan import KindResult, Maximized, PlanResult, Row
+from memcalc.plan.constraints import IMPRACTICAL_FACTOR
+from memcalc.report.estimate import time_basis
 from memcalc.report.finite import dumps
 from memcalc.report.records import (
     JSON_SCHEMA_VERSION,
@@ -20,6 +22,13 @@ from memcalc.report.records import (
     verdict_text,
 )
 from memcalc.units import Unit, format_seconds
+
+
+def runtime_name(req: Any) -> str:
+    """The runtime the plan's times assume."""
+    from memcalc.steptime import runtime_of
+
+    return (req.options.runtime or runtime_of(req.setup)).name
 
 
 def layout_label(b: Breakdown) -> str:
@@ -82,10 +91,16 @@ def _how(row: Row, unit: Unit) -> str:
 
 def _verdicts(result: PlanResult, maximized: list[Maximized], unit: Unit) -> list[str]:
     req = result.request
+    limits = req.constraints.describe()
     lines = []
     for kind in result.kinds:
         name = kind.gpu.display_name
-        if kind.fewest is None:
+        if kind.fewest is None and limits:
+            lines.append(
+                f"{name}: nothing on up to {_gpus(req.max_gpus)} fits and meets "
+                f"{'; '.join(limits)}; try --max-gpus {req.max_gpus * 4} or fewer constraints."
+            )
+        elif kind.fewest is None:
             lines.append(
                 f"{name}: nothing fits on up to {_gpus(req.max_gpus)}"
                 + (f" (closest: {_closest(kind, unit)})" if kind.closest else "")
@@ -94,6 +109,14 @@ def _verdicts(result: PlanResult, maximized: list[Maximized], unit: Unit) -> lis
         else:
             n = kind.fewest.gpus
             lines.append(f"{name}: fewest GPUs {n} -- {_how(kind.fewest, unit)}.")
+        if kind.impractical is not None:
+            lines.append(_impractical_line(kind, req))
+        if len(result.kinds) > 1 and kind.rows:
+            best = kind.rows[0]
+            lines.append(
+                f"{name}: fastest within {_gpus(req.max_gpus)}: {best.gpus} GPUs -- "
+                f"{_how(best, unit)}."
+            )
     fastest = result.fastest
     if fastest is not None:
         lines.append(
@@ -107,6 +130,21 @@ def _verdicts(result: PlanResult, maximized: list[Maximized], unit: Unit) -> lis
             f"({m.row.gpus} GPU{'s' if m.row.gpus > 1 else ''}: {_how(m.row, unit)})."
         )
     return lines
+
+
+def _impractical_line(kind: KindResult, req: Any) -> str:
+    """One line on the configurations left out as impractical, with the command that shows
+    them."""
+    row = kind.impractical
+    assert row is not None
+    return (
+        f"{kind.gpu.display_name}: {row.gpus} GPU{'s' if row.gpus > 1 else ''} would fit "
+        f"({layout_label(row.breakdown)}, {row.breakdown.strategy}: "
+        f"{format_seconds(row.step_seconds)} per step, "
+        f"{row.tokens_per_second_per_gpu:,.0f} tokens/s per GPU) but under 1/"
+        f"{IMPRACTICAL_FACTOR:g} of the best rate found ({kind.best_rate:,.0f}): impractical, "
+        f"not offered; add --impractical to offer it."
+    )
 
 
 def _closest(kind: KindResult, unit: Unit) -> str:
@@ -233,10 +271,14 @@ def _header(result: PlanResult, unit: Unit) -> str:
     extra = f", LoRA r={s.lora.rank}" if s.lora else ""
     if s.quantize.value != "none":
         extra += f", {s.quantize.value} base weights"
+    limits = req.constraints.describe()
+    if limits:
+        extra += f"; searched only {', '.join(limits)}"
     return (
         f"{req.spec.name}: seq {s.seq}, {batch}, {s.precision.value} {s.optimizer.value}"
         f"{extra}. Fits = {_fit_rule(req.options.headroom)} and offloads within the node's "
-        f"host RAM and NVMe. Time at MFU {req.options.mfu:.2f}. Memory in {unit.value}."
+        f"host RAM and NVMe. Time: {time_basis(req.options.mfu)} ({runtime_name(req)}). "
+        f"Memory in {unit.value}."
     )
 
 
@@ -344,6 +386,8 @@ def plan_record(result: PlanResult, maximized: list[Maximized]) -> dict[str, Any
         "headroom": req.options.headroom,
         "alloc_conf": req.options.alloc_conf.text,
         "mfu": req.options.mfu,
+        "runtime": runtime_name(req),
+        "constraints": req.constraints.describe(),
         "max_gpus": req.max_gpus,
         "min_gpus": {k.gpu.name: k.fewest.gpus if k.fewest else None for k in result.kinds},
         "fastest": row_record(fastest) if fastest else None,
@@ -358,6 +402,9 @@ def plan_record(result: PlanResult, maximized: list[Maximized]) -> dict[str, Any
                 "world_sizes": k.world_sizes,
                 "min_gpus": k.fewest.gpus if k.fewest else None,
                 "fewest": row_record(k.fewest) if k.fewest else None,
+                "fastest": row_record(k.rows[0]) if k.rows else None,
+                "impractical": row_record(k.impractical) if k.impractical else None,
+                "best_tokens_per_second_per_gpu": k.best_rate,
                 "not_fitting": [
                     {
                         "gpus": b.setup.parallel.world_size,

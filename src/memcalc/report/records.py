@@ -95,6 +95,7 @@ def breakdown_record(b: Breakdown) -> dict[str, Any]:
         "forward_flops": b.forward_flops,
         "extra_forward_flops": b.extra_forward_flops,
         "extra_flops_fraction": b.extra_flops_fraction,
+        "micro_batch_compute_seconds": b.step_seconds,
         "step_seconds": b.step_seconds,
         "extra_seconds": b.extra_seconds,
         "gpu_memory_bytes": b.gpu.memory_bytes,
@@ -141,9 +142,13 @@ def _transfer_record(t: Transfer) -> dict[str, Any]:
         "ranks": t.ranks,
         "payload_bytes": t.payload_bytes,
         "wire_bytes": int(t.wire_bytes),
+        "intra_node_bytes": int(t.intra_bytes),
+        "inter_node_bytes": int(t.inter_bytes),
+        "calls": t.calls,
         "link": t.link,
         "seconds": t.seconds,
         "overlaps_compute": t.overlaps,
+        "window": t.window.value,
     }
 
 
@@ -224,7 +229,12 @@ def csv_row(record: dict[str, Any], **first: Any) -> dict[str, Any]:
             out[key] = " ".join(value)
         elif key == "time" and isinstance(value, dict):
             out |= {f"time_{k}": v for k, v in value.items()}
-            out["added_seconds"] = value["total_seconds"] - value["compute_seconds"]
+            # StepTime.added_seconds: the GPU optimizer step is part of every step, not added
+            out["added_seconds"] = (
+                value["total_seconds"]
+                - value["compute_seconds"]
+                - value.get("optimizer_seconds", 0.0)
+            )
         elif not isinstance(value, (dict, list)):
             out[key] = value
     return out

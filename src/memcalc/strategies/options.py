@@ -4,6 +4,7 @@ bytes and FLOPs into a verdict and a time (MFU, headroom)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memcalc.alloc_conf import DEFAULT as DEFAULT_ALLOC_CONF
 from memcalc.alloc_conf import AllocConf, parse_alloc_conf
@@ -11,9 +12,13 @@ from memcalc.errors import MemcalcError, one_of
 from memcalc.strategies.offload import Offload
 from memcalc.strategies.recompute import Recompute
 
+if TYPE_CHECKING:
+    from memcalc.strategies.runtime import Runtime
+
 DEFAULT_MFU = 0.4
-"""Assumed model-FLOPs utilisation for turning FLOPs into seconds (typical well-tuned
-dense-transformer training reaches 0.35-0.55 of dense peak)."""
+"""The one model-FLOPs utilisation of the single-utilisation time model: what ``--mfu`` gives
+as an example and the tutor (``quiz``) teaches with. ``estimate`` and ``plan`` do not use it
+by default: ``Options.mfu`` None rates each kernel by its shape (``steptime``)."""
 MIN_MFU = 0.001
 """Lowest model-FLOPs utilisation accepted: below 0.1% of peak a step's time means nothing
 (and 1e-320 would make it infinite)."""
@@ -40,12 +45,16 @@ class Options:
     every: int | None = None
     budget_bytes: int | None = None
     offload: tuple[Offload, ...] = ()
-    mfu: float = DEFAULT_MFU
+    mfu: float | None = None
+    """None: the kernel model (``steptime``); a fraction: every matmul and attention kernel at
+    it, with no time for elementwise ops (the single-utilisation model)."""
     headroom: float | None = None
     """Fraction of GPU memory kept free; None: ``RESERVED_HEADROOM`` on a step whose reserved
     memory is replayed, ``DEFAULT_HEADROOM`` on one that is not."""
     alloc_conf: AllocConf = DEFAULT_ALLOC_CONF
     """The caching allocator's settings (``PYTORCH_CUDA_ALLOC_CONF`` / ``--alloc-conf``)."""
+    runtime: Runtime | None = None
+    """The framework the time assumes (``strategies.runtime``); None: ``runtime_of(setup)``."""
 
     def __post_init__(self) -> None:
         """Accept what the command line accepts: ``recompute="full"`` (any case),
@@ -74,7 +83,7 @@ class Options:
             from memcalc.units import parse_size
 
             object.__setattr__(self, "budget_bytes", parse_size(self.budget_bytes))
-        if not MIN_MFU <= self.mfu <= 1:  # also refuses nan
+        if self.mfu is not None and not MIN_MFU <= self.mfu <= 1:  # also refuses nan
             raise MemcalcError(f"--mfu: must be from {MIN_MFU} to 1, got {self.mfu!r}")
         if isinstance(self.alloc_conf, str):
             object.__setattr__(self, "alloc_conf", parse_alloc_conf(self.alloc_conf))

@@ -24,6 +24,29 @@ from memcalc.strategies.sharding import Sharding
 
 
 @dataclass(frozen=True)
+class HostTraffic:
+    """Host-link bytes of one rank by direction and the compute they can run under. The link
+    carries each direction on its own lanes (PCIe is full duplex): what goes down (GPU to
+    host) and what comes up overlap each other and the compute, not the same direction's
+    other copies."""
+
+    forward_up: int = 0
+    """Per micro-batch, during its forward: streamed parameters (params=cpu)."""
+    forward_down: int = 0
+    """Per micro-batch, during its forward: saved activations going to the host."""
+    backward_up: int = 0
+    """Per micro-batch, during its backward: streamed parameters, activations coming back."""
+    backward_down: int = 0
+    """Per micro-batch, during its backward: gradients of streamed parameters."""
+    step_down: int = 0
+    """Per step, during the last micro-batch's backward: gradients to the CPU optimizer."""
+    step_up: int = 0
+    """Per step, after the CPU optimizer step: the updated (trained) weights -- exposed."""
+    nvme_seconds: float = 0.0
+    """Optimizer-state swaps with NVMe around the CPU step -- exposed."""
+
+
+@dataclass(frozen=True)
 class Placement:
     """One rank's model states on the GPU, host and NVMe, and the seconds of moving them."""
 
@@ -40,10 +63,8 @@ class Placement:
     """Bytes over the host link per step, both directions added."""
     nvme_link_bytes: int
     """Bytes read + written on NVMe per step."""
-    overlapped_seconds: float
-    """Transfers that run during the backward (hidden up to its length)."""
-    exposed_seconds: float
-    """Transfers no compute hides (weights coming back after the CPU step, NVMe swaps)."""
+    traffic: HostTraffic
+    """When the host-link bytes move (what the step-time model can hide)."""
     cpu_step_seconds: float
     """The optimizer step on the CPU."""
     notes: tuple[str, ...]
@@ -116,6 +137,8 @@ def place(
             )
     weights = counts.weight_bytes(setup.weight_dtype.itemsize)
     params_b = sharding.share(weights, 3, _experts_part(weights, counts))
+    trained = counts.trainable_weight_bytes(setup.weight_dtype.itemsize)
+    trained_b = sharding.share(trained, 3, _experts_part(trained, counts.optimizer_counts))
     grads = counts.grad_bytes(setup.gradient_dtype.itemsize)
     grads_b = sharding.share(
         grads + extra_grad_bytes, 2, _experts_part(grads, counts.optimizer_counts)
@@ -136,14 +159,18 @@ def place(
     )
     gpu_params, gpu_grads, gpu_opt = params_b, grads_b, opt_b
     host = nvme = host_link = nvme_link = 0
-    overlapped = exposed = cpu_step = 0.0
-    link = gpu.host_link_bytes_per_s
+    cpu_step = nvme_seconds = 0.0
+    traffic: dict[str, int] = {}
     notes: list[str] = []
     if offloads != given:
         notes.append("params=cpu implies optimizer=cpu (ZeRO-3 offload requires it)")
     if OffloadWhat.optimizer in by_what:
         where = by_what[OffloadWhat.optimizer].where
-        host_link += grads_b + params_b  # gradients down, updated weights up (ZeRO-Offload)
+        # gradients down, the updated weights up (ZeRO-Offload): only what is trained -- a
+        # frozen base (LoRA) has no gradient and no update
+        host_link += grads_b + trained_b
+        traffic["step_down"] = grads_b
+        traffic["step_up"] = trained_b
         if where is OffloadWhere.cpu:
             host += opt_b + grads_b
         else:
@@ -155,10 +182,8 @@ def place(
             host += grads_b
             nvme += opt_b
             nvme_link += 2 * opt_b
-            exposed += 2 * opt_b / gpu.nvme_bytes_per_s
-        overlapped += grads_b / link
-        exposed += params_b / link
-        cpu_step = sharding.share(counts.trainable, from_stage=1) / gpu.cpu_adam_params_per_s
+            nvme_seconds = 2 * opt_b / gpu.nvme_bytes_per_s
+        cpu_step = cpu_updated_params(counts, sharding) / gpu.cpu_adam_params_per_s
         gpu_opt, step_temp = 0, 0
         notes.append(
             f"optimizer step on the CPU ({where.value}) at {gpu.cpu_adam_params_per_s:.3g} "
@@ -170,7 +195,8 @@ def place(
         gpu_grads = min(grads_b, resident * setup.gradient_dtype.itemsize)
         host += params_b
         host_link += 2 * params_b
-        overlapped += 2 * params_b / link
+        traffic["forward_up"] = params_b
+        traffic["backward_up"] = params_b
         notes.append(
             "params=cpu: two blocks' weights resident (current + prefetch), "
             "weights streamed up in forward and again in backward"
@@ -179,7 +205,8 @@ def place(
         per_micro_batch = stored_activation_bytes - kept_activation_bytes
         host += per_micro_batch * in_flight
         host_link += 2 * per_micro_batch * microbatches
-        overlapped += 2 * per_micro_batch * microbatches / link
+        traffic["forward_down"] = per_micro_batch
+        traffic["backward_up"] = traffic.get("backward_up", 0) + per_micro_batch
         notes.append(
             "activations=cpu: saved tensors of the blocks go to pinned host "
             "memory (save_on_cpu); one block's come back at a time"
@@ -194,11 +221,29 @@ def place(
         nvme_bytes=nvme,
         host_link_bytes=host_link,
         nvme_link_bytes=nvme_link,
-        overlapped_seconds=overlapped,
-        exposed_seconds=exposed,
+        traffic=HostTraffic(**traffic, nvme_seconds=nvme_seconds),
         cpu_step_seconds=cpu_step,
         notes=tuple(notes),
     )
+
+
+def cpu_updated_params(counts: ParamCounts, sharding: Sharding) -> int:
+    """Parameters this rank's CPU optimizer step updates: its shard of the trained ones --
+    the dense ones over the data-parallel ranks, the routed experts it holds (E / ep of them)
+    over the ranks that hold the same experts (dp / ep). The same share as the host RAM its
+    optimizer states take, so expert parallelism moves experts between ranks without
+    shrinking any rank's update (E/ep experts over dp/ep ranks = E/dp per rank).
+
+    >>> from memcalc.params import ParamCounts
+    >>> c = ParamCounts(0, 0, 800, 0, 0, 0, 0, 0, 0, 0, 0, 0, 800, expert=800)
+    >>> cpu_updated_params(c, Sharding(8, 3, expert_gpus=8))  # ep 1: 800 experts over 8
+    100
+    >>> half = ParamCounts(0, 0, 400, 0, 0, 0, 0, 0, 0, 0, 0, 0, 400, expert=400)
+    >>> cpu_updated_params(half, Sharding(8, 3, expert_gpus=4))  # ep 2: 400 here over 4
+    100
+    """
+    trained = counts.optimizer_counts
+    return sharding.share(counts.trainable, 1, _experts_part(counts.trainable, trained))
 
 
 def _experts_part(num_bytes: int, counts: ParamCounts) -> int:

@@ -39,10 +39,10 @@ def chosen_options(
     every: int | None,
     budget: str | None,
     offload: list[str] | None,
-    mfu: float,
+    mfu: float | None,
 ) -> Options | None:
     """The strategy the flags choose, validated; None when none was chosen (print the table)."""
-    if not MIN_MFU <= mfu <= 1:  # also refuses nan
+    if mfu is not None and not MIN_MFU <= mfu <= 1:  # also refuses nan
         raise MemcalcError(f"--mfu: must be from {MIN_MFU} to 1, got {mfu}")
     if every is not None and recompute not in (Recompute.every_k, Recompute.block):
         raise MemcalcError("--every: only applies with --recompute every-k or block")

@@ -12,7 +12,7 @@ from dataclasses import replace
 from memcalc.frameworks.features import Kernel, SdpaGqa
 from memcalc.graph.blocks.linear import linear
 from memcalc.graph.blocks.norms import norm
-from memcalc.graph.ops import Component, Saved
+from memcalc.graph.ops import AttentionWork, Component, Gemm, Saved
 from memcalc.graph.scope import Dims, Scope, dropout, matmul_flops, tensor, unique
 from memcalc.spec.families.base import Implementation
 from memcalc.spec.model import LayerType, ModelSpec, Norm, Positions, QkNorm
@@ -35,6 +35,7 @@ def attention_core(
     probs_to: DType,
     softcap: float | None = None,
     mask: Saved | None = None,
+    window: int | None = None,
 ) -> Saved:
     """Attention from q, k, v to the merged (T x a*d) output that the out-projection saves.
 
@@ -56,6 +57,11 @@ def attention_core(
     scores = b * a * s * s
     qk_flops = matmul_flops(b * a * s, dims.d, s)
     p = dims.p.itemsize
+    # the eager core's two batched matmuls, b*a of them each (the causal mask is added to
+    # full s x s scores: nothing is skipped)
+    mm_dtype = sc.autocast or dims.p
+    qk_gemm = Gemm(s, dims.d, s, mm_dtype, b * a, q.needs_grad, k.needs_grad)
+    av_gemm = Gemm(s, s, dims.d, mm_dtype, b * a, True, v.needs_grad)
     if attention is Attention.eager:
         # The gradient ``matmul(probs, v)``'s backward writes for v waits in the input buffer
         # of v's producer (``repeat_kv`` / the v projection, earlier in forward, so later in
@@ -75,6 +81,7 @@ def attention_core(
             "aten.bmm (matmul q @ k^T): saves q and k",
             core=True,
             grads=scores * p + 2 * T * dims.q * p + v_grad,
+            work=qk_gemm,
         )
         if softcap is not None:
             sc.add(
@@ -117,11 +124,12 @@ def attention_core(
             "aten.bmm (matmul probs @ v): saves probs and v",
             core=True,
             grads=scores * p + 2 * T * dims.q * p,
+            work=av_gemm,
         )
         return tensor(f"{prefix}.merged", T, dims.q, dims.p)
     if dims.cpu_dropout_sdpa and dropout_p > 0:
         return _cpu_math_sdpa(sc, dims, q, k, v, dropout_p, prefix=prefix)
-    return _fused_attention(sc, dims, q, k, v, attention, prefix=prefix, mask=mask)
+    return _fused_attention(sc, dims, q, k, v, attention, prefix=prefix, mask=mask, window=window)
 
 
 def _fused_attention(
@@ -134,6 +142,7 @@ def _fused_attention(
     *,
     prefix: str,
     mask: Saved | None,
+    window: int | None = None,
 ) -> Saved:
     """A fused kernel (SDPA, flash-attention 2, FlexAttention): it saves q, k, v, its output
     and the fp32 logsumexp (b*a*s), and FlexAttention also its fp32 row maxima
@@ -172,6 +181,7 @@ def _fused_attention(
         2 * matmul_flops(b * a * s, dims.d, s) + 5 * scores,
         source,
         grads=T * (dims.q + 2 * dims.kv) * p.itemsize + out.nbytes,
+        work=AttentionWork(b * a, s, s, dims.d, dims.d, sc.autocast or p, True, window),
         kernel=kernel.value,
         outputs=(out, *stats),
     )
@@ -212,6 +222,7 @@ def _cpu_math_sdpa(
         matmul_flops(b * a * s, dims.d, s),
         "aten.bmm (CPU math SDPA, fp32): saves the scaled q and k",
         grads=scores * 4 + 2 * T * dims.q * 4,
+        work=Gemm(s, dims.d, s, fp32, b * a),
     )
     sc.add(
         f"{prefix}.softmax",
@@ -242,6 +253,7 @@ def _cpu_math_sdpa(
         matmul_flops(b * a * s, s, dims.d),
         "aten.bmm (CPU math SDPA, fp32): saves the dropped probs and an fp32 v",
         grads=scores * 4 + 2 * T * dims.q * 4,
+        work=Gemm(s, s, dims.d, fp32, b * a),
     )
     return tensor(f"{prefix}.merged", T, dims.q, dims.p)
 
@@ -442,6 +454,7 @@ def self_attention(
         probs_to=q.dtype if impl.probs_to_query_dtype else p,
         softcap=spec.attention_softcap,
         mask=mask,
+        window=spec.sliding_window if layer_type.is_sliding else None,
     )
     if (
         attention is not Attention.eager

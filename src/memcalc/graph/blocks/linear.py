@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memcalc.frameworks.features import Kernel
-from memcalc.graph.ops import Component, ParamTensor, Saved
+from memcalc.graph.ops import Component, Gemm, ParamTensor, Saved
 from memcalc.graph.scope import FineTune, Scope, matmul_flops, tensor
 from memcalc.spec.training import DType
 
@@ -95,6 +95,7 @@ def linear(
         + (2 * n_in * n_out if quant else 0),
         params=n_in * n_out if trainable else 0,
         weights=weights,
+        work=Gemm(tokens, n_in, n_out, _gemm_dtype(sc, comp, x), 1, x.needs_grad, trainable),
         kernel=Kernel.mm.value,
         outputs=(out,),
     )
@@ -105,6 +106,19 @@ def linear(
     if not (x.needs_grad or trainable or adapted):
         return Saved(out.name, out.numel, out.dtype, needs_grad=False)
     return out
+
+
+def _gemm_dtype(sc: Scope, comp: Component, x: Saved) -> DType:
+    """The dtype a linear's GEMM reads: fp8 for the fp8 linears (Transformer Engine
+    ``te.Linear``, torchao ``Float8Linear``) -- every block linear, not the LM head, which
+    both keep in 16 bits (Megatron-core's output layer is a plain ``ColumnParallelLinear``;
+    torchtitan's float8 converter filters ``output``); the autocast dtype under autocast; else
+    the input's."""
+    if sc.fp8_linears and comp is not Component.output:
+        return DType.fp8
+    if sc.autocast is not None:
+        return sc.autocast
+    return x.dtype
 
 
 def _lora(
@@ -146,6 +160,7 @@ def _lora(
         grads=tokens * (n_in + r) * dtype.itemsize,
         params=r * n_in,
         weights=(ParamTensor(f"{name}.lora_A.weight", (r, n_in), kind, True, dtype),),
+        work=Gemm(tokens, n_in, r, dtype, 1, x.needs_grad, True),
     )
     sc.add(
         f"{name}.lora_B",
@@ -156,4 +171,5 @@ def _lora(
         grads=tokens * (r + n_out) * dtype.itemsize,
         params=r * n_out,
         weights=(ParamTensor(f"{name}.lora_B.weight", (n_out, r), kind, True, dtype),),
+        work=Gemm(tokens, r, n_out, dtype),
     )

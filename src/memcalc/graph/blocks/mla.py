@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from memcalc.graph.blocks.linear import linear
 from memcalc.graph.blocks.norms import rms_norm
-from memcalc.graph.ops import Component, Saved
+from memcalc.graph.ops import AttentionWork, Component, Gemm, Saved
 from memcalc.graph.scope import Dims, Scope, dropout, matmul_flops, tensor, unique
 from memcalc.spec.families.base import Implementation
 from memcalc.spec.model import LayerType, ModelSpec, Norm
@@ -133,6 +133,7 @@ def _eager(
         "aten.bmm (matmul q @ k^T): saves q and k",
         core=True,
         grads=scores * p + 2 * T * a * core.qk * p,
+        work=Gemm(s, core.qk, s, sc.autocast or dims.p, b * a),
     )
     soft_dtype = DType.fp32 if impl.softmax_in_fp32 else dims.p
     probs = Saved("attn.softmax", scores, soft_dtype)
@@ -164,6 +165,7 @@ def _eager(
         "aten.bmm (matmul probs @ v): saves probs and v (reshaped: a copy)",
         core=True,
         grads=scores * p + 2 * T * a * core.dv * p,
+        work=Gemm(s, s, core.dv, sc.autocast or dims.p, b * a),
     )
     return tensor("attn.merged", T, a * core.dv, dims.p), (core.query, core.key, core.value)
 
@@ -187,6 +189,7 @@ def _math(sc: Scope, dims: Dims, core: _Core, dropout_p: float) -> tuple[Saved, 
         matmul_flops(b * a * s, core.qk, s),
         "aten.bmm (math SDPA, fp32): saves the scaled q and k",
         grads=scores * 4 + 2 * T * a * core.qk * 4,
+        work=Gemm(s, core.qk, s, DType.fp32, b * a),
     )
     probs = Saved("attn.softmax", scores, DType.fp32)
     sc.add(
@@ -220,6 +223,7 @@ def _math(sc: Scope, dims: Dims, core: _Core, dropout_p: float) -> tuple[Saved, 
         matmul_flops(b * a * s, s, core.dv),
         "aten.bmm (math SDPA, fp32): saves probs and an fp32 v",
         grads=scores * 4 + 2 * T * a * core.dv * 4,
+        work=Gemm(s, s, core.dv, DType.fp32, b * a),
     )
     return tensor("attn.merged", T, a * core.dv, dims.p), ()
 
@@ -241,5 +245,6 @@ def _fused(sc: Scope, dims: Dims, core: _Core) -> Saved:
         matmul_flops(b * a * s, core.qk, s) + matmul_flops(b * a * s, s, core.dv),
         "aten._scaled_dot_product_efficient_attention: saves q, k, v, out, logsumexp",
         grads=T * a * (2 * core.qk + core.dv) * dims.p.itemsize + out.nbytes,
+        work=AttentionWork(b * a, s, s, core.qk, core.dv, sc.autocast or dims.p),
     )
     return out

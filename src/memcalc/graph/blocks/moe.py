@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from memcalc.graph.blocks.linear import linear
 from memcalc.graph.blocks.mlp import activation, mlp
-from memcalc.graph.ops import Component, ParamTensor, Saved
+from memcalc.graph.ops import Component, Gemm, ParamTensor, Saved
 from memcalc.graph.scope import Dims, Scope, matmul_flops, tensor
 from memcalc.spec.families.base import Implementation
 from memcalc.spec.model import ModelSpec, MoeSpec, Router
@@ -143,6 +143,7 @@ def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) 
             grads=(T * h + T * E) * 4,
             params=E * h if trained else 0,
             weights=(ParamTensor(f"{name}.weight", (E, h), "mlp", trained, sc.param_dtype(name)),),
+            work=Gemm(T, h, E, DType.fp32, 1, x.needs_grad, trained),
         )
         logits = DType.fp32
     else:
@@ -254,6 +255,10 @@ def routed_experts(
         else "aten._grouped_mm with frozen experts (LoRA base): saves offs only"
     )
     param_dtype = sc.param_dtype(f"{ex}.gate_up_proj")
+    # the grouped GEMMs: E problems of S / E rows on average (fp8 grouped GEMMs under fp8
+    # training: Transformer Engine's GroupedLinear)
+    rows = -(-S // E)
+    mm_dtype = DType.fp8 if sc.fp8_linears else dtype
     gate_up = Saved(f"{ex}.gate_up_proj.out", S * 2 * m, dtype)
     sc.add(
         f"{ex}.gate_up_proj",
@@ -273,6 +278,7 @@ def routed_experts(
                 active_numel=active,
             ),
         ),
+        work=Gemm(rows, h, 2 * m, mm_dtype, E, True, trained),
     )
     activation(sc, f"{ex}.act", gate_up, spec.activation)
     act = Saved(f"{ex}.act.out", S * m, dtype)
@@ -304,6 +310,7 @@ def routed_experts(
                 active_numel=min(k, E) * h * m,
             ),
         ),
+        work=Gemm(rows, m, h, mm_dtype, E, True, trained),
     )
     w_g = Saved(f"{ex}.weights_sorted", S, weights.dtype)
     weighted = DType.fp32 if DType.fp32 in (dtype, weights.dtype) else dtype

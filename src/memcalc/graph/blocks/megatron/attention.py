@@ -16,7 +16,7 @@ from memcalc.graph.blocks.megatron.te_modules import (
     row_parallel_linear,
     te_norm,
 )
-from memcalc.graph.ops import Component, Saved
+from memcalc.graph.ops import AttentionWork, Component, Gemm, Saved
 from memcalc.graph.scope import Dims, Scope, matmul_flops
 from memcalc.spec.megatron import AttentionBackend
 from memcalc.spec.model import ModelSpec, Positions, QkNorm
@@ -125,6 +125,11 @@ def _flops(dims: Dims) -> int:
     return 2 * matmul_flops(dims.b * dims.a * dims.s, dims.d, dims.s) + 5 * _scores(dims)
 
 
+def _work(sc: Scope, dims: Dims) -> AttentionWork:
+    """The fused attention kernel for the step-time model: every head's causal s x s."""
+    return AttentionWork(dims.b * dims.a, dims.s, dims.s, dims.d, dims.d, sc.autocast or dims.p)
+
+
 def _scores(dims: Dims) -> int:
     return dims.b * dims.a * dims.s * dims.s
 
@@ -158,6 +163,7 @@ def fused_attention(
         "TE FusedAttnFunc.forward: saves q, k, v, out, softmax stats, rng_state",
         core=True,
         grads=2 * T * (dims.q + 2 * dims.kv) * p.itemsize,
+        work=_work(sc, dims),
     )
     return out
 
@@ -187,6 +193,7 @@ def flash_attention(
         "TE FlashAttention.forward: saves bshd q, k, v, out, softmax_lse, rng_state",
         core=True,
         grads=2 * T * (dims.q + 2 * dims.kv) * p.itemsize,
+        work=_work(sc, dims),
     )
     return Saved(f"{PREFIX}.core_attention.out_sbhd", T * dims.q, p)
 
@@ -229,6 +236,9 @@ def unfused_attention(
         "TE UnfusedDotProductAttention: saves q, k, softmax out, dropout mask + out, v",
         core=True,
         grads=2 * scores * p.itemsize + 2 * T * (dims.q + 2 * dims.kv) * p.itemsize,
+        # baddbmm (q k^T) and bmm (probs v): 2 b a batched products of 2 s^2 d FLOPs each, as
+        # GEMMs; the fused softmax between them is not rated (one op carries one kernel)
+        work=Gemm(dims.s, dims.d, dims.s, sc.autocast or p, 2 * dims.b * dims.a, True, True),
     )
     return Saved(f"{PREFIX}.core_attention.context", T * dims.q, p)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from memcalc.graph.blocks.megatron.te_modules import (
     NormLinear,
+    gemm_work,
     layernorm_linear,
     row_parallel_linear,
 )
@@ -116,6 +117,7 @@ def shared_expert_mlp(
         grads=(T * n_out + 2 * T * h) * p.itemsize,
         params=n_out * h,
         weights=(ParamTensor(f"{name}.linear_fc1.weight", (n_out, h), "mlp"),),
+        work=gemm_work(sc, MLP, T, h, n_out, p),
     )
     fc1 = Saved(f"{name}.linear_fc1.out", T * n_out, p)
     act = activation(

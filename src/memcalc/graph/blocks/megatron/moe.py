@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 from memcalc.graph.blocks.megatron.mlp import activation
-from memcalc.graph.blocks.megatron.te_modules import te_norm
-from memcalc.graph.ops import Component, ParamTensor, Saved
+from memcalc.graph.blocks.megatron.te_modules import gemm_work, te_norm
+from memcalc.graph.ops import Component, Gemm, ParamTensor, Saved
 from memcalc.graph.scope import Dims, Scope, matmul_flops
 from memcalc.spec.megatron import MegatronOptions, TokenDispatcher
 from memcalc.spec.model import Mlp, ModelSpec, MoeSpec
@@ -58,6 +58,8 @@ def router(sc: Scope, dims: Dims, ln: Saved, moe: MoeSpec) -> None:
         grads=2 * T * E * 4,
         params=E * dims.h,
         weights=(ParamTensor("mlp.router.weight", (E, dims.h), "mlp"),),
+        # RouterGatingLinearFunction: a 16-bit GEMM whatever the fp8 recipe
+        work=Gemm(T, dims.h, E, sc.autocast or dims.p, 1, True, True),
     )
 
 
@@ -131,6 +133,8 @@ def experts(
         grads=(rows * n_out + 2 * rows * dims.h) * p.itemsize,
         params=local * n_out * dims.h,
         weights=fc1_w,
+        # grouped: each local expert's share of the rows
+        work=gemm_work(sc, MLP, -(-rows // max(1, local)), dims.h, n_out, p, max(1, local)),
     )
     fc1 = Saved("mlp.experts.linear_fc1.out", rows * n_out, p)
     fused = gated and opts.bias_activation_fusion
@@ -164,6 +168,7 @@ def experts(
         grads=(rows * width + 2 * rows * dims.h) * p.itemsize,
         params=local * width * dims.h,
         weights=fc2_w,
+        work=gemm_work(sc, MLP, -(-rows // max(1, local)), width, dims.h, p, max(1, local)),
     )
 
 

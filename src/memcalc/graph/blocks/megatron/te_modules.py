@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from memcalc.errors import MemcalcError
 from memcalc.graph.blocks.linear import PARAM_COMPONENT
-from memcalc.graph.ops import Component, ParamTensor, Saved
+from memcalc.graph.ops import Component, Gemm, ParamTensor, Saved
 from memcalc.graph.scope import Dims, Scope, matmul_flops
 from memcalc.spec.model import Norm
 from memcalc.spec.training import DType
@@ -67,6 +67,17 @@ def te_norm(
     return Saved(f"{prefix}.out", x.numel, x.dtype)
 
 
+def gemm_work(
+    sc: Scope, comp: Component, m: int, k: int, n: int, p: DType, groups: int = 1
+) -> Gemm:
+    """The GEMM a Megatron / TE linear runs, for the step-time model: (m x k) @ (k x n), fp8
+    for TE's block linears under fp8 (``te.Linear`` and friends; the output layer is a plain
+    ``ColumnParallelLinear`` in 16 bits), else the activation dtype; input and weight
+    gradients in backward."""
+    fp8 = sc.fp8_linears and comp is not Component.output
+    return Gemm(m, k, n, DType.fp8 if fp8 else (sc.autocast or p), groups, True, True)
+
+
 def _linear_weights(
     name: str, comp: Component, n_in: int, n_out: int, bias: bool
 ) -> tuple[ParamTensor, ...]:
@@ -112,6 +123,7 @@ def layernorm_linear(
         params=n_out * h + (n_out if bias else 0) + h * (2 if norm is Norm.layer_norm else 1),
         weights=_linear_weights(name, comp, h, n_out, bias)
         + norm_weights(name, h, norm, fused=True),
+        work=gemm_work(sc, comp, T, h, n_out, p),
     )
     return Saved(f"{name}.out", T * n_out, p)
 
@@ -144,6 +156,7 @@ def row_parallel_linear(
         grads=(dims.T_rep * h + T * h + T * n_in) * p.itemsize,
         params=n_in * h + (h if bias else 0),
         weights=_linear_weights(name, comp, n_in, h, bias),
+        work=gemm_work(sc, comp, T, n_in, h, p),
     )
     return Saved(f"{name}.out", dims.T_rep * h, p)
 
@@ -173,6 +186,7 @@ def column_parallel_linear(
         grads=(T * n_out + 2 * T * h) * p.itemsize,
         params=n_out * h,
         weights=_linear_weights(name, comp, h, n_out, False) if owns_weight else (),
+        work=gemm_work(sc, comp, T, h, n_out, p),
     )
     return Saved(f"{name}.out", T * n_out, p)
 
