@@ -30,25 +30,9 @@ from memcalc.spec.presets import preset
 from memcalc.spec.training import TrainingSetup
 from memcalc.strategies.recompute import Recompute
 
-GPT2 = ModelSpec(
-    name="gpt2-mini",
-    family="gpt2",
-    vocab_size=1024,
-    hidden_size=128,
-    num_layers=4,
-    num_heads=4,
-    max_position_embeddings=256,
-)
-LLAMA = ModelSpec(
-    name="llama-mini",
-    family="llama",
-    vocab_size=1024,
-    hidden_size=128,
-    num_layers=4,
-    num_heads=4,
-    num_kv_heads=2,
-    intermediate_size=352,
-)
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+GPT2 = load_model(str(DATA / "gpt2-mini.toml"))
+LLAMA = load_model(str(DATA / "llama-mini.toml"))
 CASES = [
     # (spec, impl, precision, attention, dropout, recompute)
     (GPT2, Impl.hf, "fp32", "eager", 0.1, Recompute.none),

@@ -71,18 +71,9 @@ def key(case: Case) -> str:
 def spec_of(family: str) -> Any:
     """The tiny config of ``family`` (room for any --seq in OPT-style position tables)."""
     from memcalc.spec.loaders import load_model
-    from memcalc.spec.model import ModelSpec
 
     if family == "gpt2":
-        return ModelSpec(
-            name="gpt2-mini",
-            family="gpt2",
-            vocab_size=1024,
-            hidden_size=128,
-            num_layers=4,
-            num_heads=4,
-            max_position_embeddings=256,
-        )
+        return load_model(str(ROOT / "tests" / "data" / "gpt2-mini.toml"))
     if family == "llama":
         return load_model(str(ROOT / "tests" / "data" / "tiny-llama.toml"))
     spec = load_model(str(ROOT / "tests" / "data" / "hf" / "tiny" / f"{family}.json"))

@@ -15,20 +15,11 @@ from memcalc.estimate import Options, estimate
 from memcalc.graph.lower import lower_cached
 from memcalc.profiles import load_profile
 from memcalc.spec.loaders import load_model
-from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
 
 H100 = load_profile("h100-sxm-80gb")
 LLAMA = "tests/data/tiny-llama.toml"
-GPT2 = ModelSpec(
-    name="gpt2-mini",
-    family="gpt2",
-    vocab_size=1024,
-    hidden_size=128,
-    num_layers=4,
-    num_heads=4,
-    max_position_embeddings=256,
-)
+GPT2 = load_model("tests/data/gpt2-mini.toml")
 
 
 def _setup(**kw: object) -> TrainingSetup:

@@ -27,15 +27,7 @@ benchmarks/peak_grid.py the dense families land within 0.1%)."""
 
 def _spec(family: str) -> ModelSpec:
     if family == "gpt2":
-        return ModelSpec(
-            name="gpt2-mini",
-            family="gpt2",
-            vocab_size=1024,
-            hidden_size=128,
-            num_layers=4,
-            num_heads=4,
-            max_position_embeddings=256,
-        )
+        return load_model(str(DATA / "gpt2-mini.toml"))
     if family == "llama":
         return load_model(str(DATA / "tiny-llama.toml"))
     spec = load_model(str(DATA / "hf" / "tiny" / f"{family}.json"))
