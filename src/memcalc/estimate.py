@@ -400,78 +400,16 @@ def estimate_graph(
     DTensor tensor parallelism, whose embedding gradient is the full table). ``dp_rank``: the
     data-parallel rank to describe, where ranks differ (DeepSpeed ZeRO-1/2's partitions);
     None: the most loaded."""
-    par = setup.parallel
     if stage is None:
-        k, later = in_flight(0, par)
+        k, later = in_flight(0, setup.parallel)
         stage = Stage(0, 0, graph, k, later, True, True)
-    opt = optimizer_bytes(setup, counts, device)
-    plan = _plan(graph, options, setup.framework_def.checkpointing)
-    instances = setup.megatron_options.distributed_optimizer_instances
-    sharding = sharding_of(par, setup.framework_def, instances if setup.megatron else 1)
-    extras = tensor_parallel_extras(setup, graph, embedding)
-    extra_grad_bytes = extras.embedding_grad_numel * setup.gradient_dtype.itemsize
-    gpu_acts = gpu_activation_bytes(
-        plan.stored_bytes,
-        graph.prologue_saved_bytes + graph.epilogue_saved_bytes,
-        any(o.what is OffloadWhat.activations for o in options.offload),
-    )
-    totals = gradient_totals(graph, counts, setup.gradient_dtype.itemsize, extra_grad_bytes)
-    placed, rank = rank_of(
-        RankInputs(
-            graph,
-            setup,
-            counts,
-            opt,
-            sharding,
-            options.offload,
-            gpu,
-            stage,
-            extras,
-            totals,
-            plan.stored_bytes,
-            gpu_acts,
-            device,
-            dp_rank,
-            plan,
-        )
-    )
-    state = RankState(
-        placed.gpu_parameter_bytes,
-        placed.gpu_optimizer_bytes,
-        gpu_acts,
-        placed.step_temporary_bytes,
-        placed.activations_offloaded,
-        None if placed.grads_resident else placed.gpu_gradient_bytes,
-    )
-    layer_bytes = [plan.layer_stored(i) for i in range(graph.num_layers)]
-    first, later = held_activations(setup, stage, layer_bytes, gpu_acts - sum(layer_bytes))
-    timeline = step_timeline(
-        graph,
-        plan,
-        setup,
-        counts,
-        state,
-        rank,
-        others_first=first,
-        others_later=later if par.microbatches > 1 else None,
-        first_layer=stage.first_layer,
-    )
-    runtime = options.runtime or runtime_of(setup)
-    shape = step_shape(graph, counts, setup, plan)
-    transfers = tuple(step_transfers(par, shape, links_of(gpu), runtime.overlaps))
-    time = step_of(
-        graph,
-        plan,
-        gpu,
-        runtime,
-        microbatches=par.microbatches,
-        pp=par.pp,
-        vpp=par.vpp,
-        cp=par.cp,
-        transfers=transfers,
-        placed=placed,
-        flat_flops_per_s=flat_rate(gpu, setup, options.mfu),
-    )
+    inputs = _rank_inputs(graph, counts, setup, gpu, options, stage, device, embedding, dp_rank)
+    placed, rank = rank_of(inputs)
+    first, timeline = _rank_timeline(inputs, placed, rank)
+    transfers, time = _rank_time(inputs, options, placed)
+    par = setup.parallel
+    plan, opt, gpu_acts = inputs.plan, inputs.optimizer, inputs.kept_activation_bytes
+    assert plan is not None
     comp = {c.value: plan.stored_by_component.get(c, 0) for c in Component}
     if gpu_acts != plan.stored_bytes:
         comp = {k: 0 for k in comp} | {"output": gpu_acts}
@@ -502,7 +440,7 @@ def estimate_graph(
         activation_plan=plan,
         optimizer_detail=opt,
         assumptions=_assumptions(
-            setup, gpu, options, notes, opt, counts, sharding, placed, rank, device
+            setup, gpu, options, notes, opt, counts, inputs.sharding, placed, rank, device
         ),
         buffer_bytes=rank.buffer_bytes,
         between_steps_bytes=placed.gpu_parameter_bytes
@@ -510,13 +448,112 @@ def estimate_graph(
         + rank.buffer_bytes
         + rank.gradients.between_steps()
         + rank.pipeline.after_step
-        + sharding.share(opt.persistent_temporary_bytes, 1),
+        + inputs.sharding.share(opt.persistent_temporary_bytes, 1),
         stage=stage.label if par.pp > 1 else "",
         transfers=transfers,
         time=time,
         graph=graph,
         device=device,
     )
+
+
+def _rank_inputs(
+    graph: OpGraph,
+    counts: ParamCounts,
+    setup: TrainingSetup,
+    gpu: GpuProfile,
+    options: Options,
+    stage: Stage,
+    device: str,
+    embedding: tuple[int, int] | None,
+    dp_rank: int | None,
+) -> RankInputs:
+    """What the sharding engine places for one rank: the recompute plan, the optimizer's
+    bytes, the framework's sharding and tensor-parallel extras, the activations kept on the
+    GPU."""
+    plan = _plan(graph, options, setup.framework_def.checkpointing)
+    instances = setup.megatron_options.distributed_optimizer_instances
+    sharding = sharding_of(setup.parallel, setup.framework_def, instances if setup.megatron else 1)
+    extras = tensor_parallel_extras(setup, graph, embedding)
+    extra_grad_bytes = extras.embedding_grad_numel * setup.gradient_dtype.itemsize
+    gpu_acts = gpu_activation_bytes(
+        plan.stored_bytes,
+        graph.prologue_saved_bytes + graph.epilogue_saved_bytes,
+        any(o.what is OffloadWhat.activations for o in options.offload),
+    )
+    return RankInputs(
+        graph,
+        setup,
+        counts,
+        optimizer_bytes(setup, counts, device),
+        sharding,
+        options.offload,
+        gpu,
+        stage,
+        extras,
+        gradient_totals(graph, counts, setup.gradient_dtype.itemsize, extra_grad_bytes),
+        plan.stored_bytes,
+        gpu_acts,
+        device,
+        dp_rank,
+        plan,
+    )
+
+
+def _rank_timeline(inputs: RankInputs, placed: Placement, rank: Residency) -> tuple[int, Timeline]:
+    """The activations other in-flight micro-batches hold (first micro-batch's share) and the
+    step's timeline on this rank."""
+    graph, setup, stage, plan = inputs.graph, inputs.setup, inputs.stage, inputs.plan
+    assert plan is not None
+    state = RankState(
+        placed.gpu_parameter_bytes,
+        placed.gpu_optimizer_bytes,
+        inputs.kept_activation_bytes,
+        placed.step_temporary_bytes,
+        placed.activations_offloaded,
+        None if placed.grads_resident else placed.gpu_gradient_bytes,
+    )
+    layer_bytes = [plan.layer_stored(i) for i in range(graph.num_layers)]
+    rest = inputs.kept_activation_bytes - sum(layer_bytes)
+    first, later = held_activations(setup, stage, layer_bytes, rest)
+    timeline = step_timeline(
+        graph,
+        plan,
+        setup,
+        inputs.counts,
+        state,
+        rank,
+        others_first=first,
+        others_later=later if setup.parallel.microbatches > 1 else None,
+        first_layer=stage.first_layer,
+    )
+    return first, timeline
+
+
+def _rank_time(
+    inputs: RankInputs, options: Options, placed: Placement
+) -> tuple[tuple[Transfer, ...], StepTime]:
+    """The step's collectives and its time on this rank."""
+    graph, setup, gpu, plan = inputs.graph, inputs.setup, inputs.gpu, inputs.plan
+    assert plan is not None
+    par = setup.parallel
+    runtime = options.runtime or runtime_of(setup)
+    shape = step_shape(graph, inputs.counts, setup, plan)
+    transfers = tuple(step_transfers(par, shape, links_of(gpu), runtime.overlaps))
+    time = step_of(
+        graph,
+        plan,
+        gpu,
+        runtime,
+        microbatches=par.microbatches,
+        pp=par.pp,
+        vpp=par.vpp,
+        cp=par.cp,
+        transfers=transfers,
+        placed=placed,
+        flat_flops_per_s=flat_rate(gpu, setup, options.mfu),
+    )
+    return transfers, time
 
 
 def _hf_kernels(setup: TrainingSetup) -> str:

@@ -12,7 +12,7 @@ back in backward).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memcalc.errors import MemcalcError
 from memcalc.optimizer import OptimizerBytes
@@ -118,112 +118,176 @@ def place(
     activations=cpu, of the offloaded activations: ``in_flight`` micro-batches' on the host,
     every micro-batch's down and back up). ``extra_grad_bytes``: gradient bytes beyond the
     parameters' (DTensor's replicated vocab-parallel embedding gradient)."""
-    given = offloads
-    offloads = effective_offloads(offloads)
-    by_what = {o.what: o for o in offloads}
-    if sharding.gpus > 1:
-        # DeepSpeed offloads the optimizer from ZeRO-1 on and the parameters only at ZeRO-3;
-        # FSDP's CPUOffload moves its (sharded) parameters with the optimizer states
-        if OffloadWhat.params in by_what and sharding.stage < 3:
-            raise MemcalcError(
-                "--offload params=cpu: with more than one data-parallel GPU the parameters "
-                "are offloaded sharded, so it needs --zero 3 (DeepSpeed offload_param, FSDP "
-                "CPUOffload)"
-            )
-        if OffloadWhat.optimizer in by_what and sharding.stage < 1:
-            raise MemcalcError(
-                "--offload optimizer: with more than one data-parallel GPU it needs --zero 1 or "
-                "more (DeepSpeed offload_optimizer shards the states it moves)"
-            )
-    weights = counts.weight_bytes(setup.weight_dtype.itemsize)
-    params_b = sharding.share(weights, 3, _experts_part(weights, counts))
-    trained = counts.trainable_weight_bytes(setup.weight_dtype.itemsize)
-    trained_b = sharding.share(trained, 3, _experts_part(trained, counts.optimizer_counts))
-    grads = counts.grad_bytes(setup.gradient_dtype.itemsize)
-    grads_b = sharding.share(
-        grads + extra_grad_bytes, 2, _experts_part(grads, counts.optimizer_counts)
-    )
-    step_b = optimizer.step_tensor_bytes if optimizer.step_on_device else 0
-    states = optimizer.total_bytes - optimizer.step_tensor_bytes
-    states_experts = _experts_part(states, counts.optimizer_counts)
-    if sharding.shards_parameters:
-        # FSDP2: every rank's optimizer steps its shard of every parameter tensor, so it keeps
-        # one step tensor per tensor (torch adam.py _init_group, over the DTensor shards)
-        opt_b = sharding.share(optimizer.total_bytes - step_b, 1, states_experts) + step_b
-    else:
-        opt_b = sharding.share(optimizer.total_bytes, 1, states_experts)
-    step_temp = sharding.share(
-        optimizer.step_temporary_bytes,
-        1,
-        _experts_part(optimizer.step_temporary_bytes, counts.optimizer_counts),
-    )
-    gpu_params, gpu_grads, gpu_opt = params_b, grads_b, opt_b
-    host = nvme = host_link = nvme_link = 0
-    cpu_step = nvme_seconds = 0.0
-    traffic: dict[str, int] = {}
-    notes: list[str] = []
-    if offloads != given:
-        notes.append("params=cpu implies optimizer=cpu (ZeRO-3 offload requires it)")
+    effective = effective_offloads(offloads)
+    by_what = {o.what: o for o in effective}
+    _check_sharded_offloads(by_what, sharding)
+    shares = _Shares.of(counts, setup, optimizer, sharding, extra_grad_bytes)
+    tally = _Tally(shares.params, shares.grads, shares.optimizer, shares.step_temporary)
+    if effective != offloads:
+        tally.notes.append("params=cpu implies optimizer=cpu (ZeRO-3 offload requires it)")
     if OffloadWhat.optimizer in by_what:
-        where = by_what[OffloadWhat.optimizer].where
-        # gradients down, the updated weights up (ZeRO-Offload): only what is trained -- a
-        # frozen base (LoRA) has no gradient and no update
-        host_link += grads_b + trained_b
-        traffic["step_down"] = grads_b
-        traffic["step_up"] = trained_b
-        if where is OffloadWhere.cpu:
-            host += opt_b + grads_b
-        else:
-            if gpu.nvme_bytes_per_s <= 0:
-                raise MemcalcError(
-                    f"--offload optimizer=nvme: {gpu.display_name}'s profile has no local NVMe "
-                    "(nvme_bytes_per_s = 0); use optimizer=cpu"
-                )
-            host += grads_b
-            nvme += opt_b
-            nvme_link += 2 * opt_b
-            nvme_seconds = 2 * opt_b / gpu.nvme_bytes_per_s
-        cpu_step = cpu_updated_params(counts, sharding) / gpu.cpu_adam_params_per_s
-        gpu_opt, step_temp = 0, 0
-        notes.append(
-            f"optimizer step on the CPU ({where.value}) at {gpu.cpu_adam_params_per_s:.3g} "
-            "parameters/s (profile); gradients go down during backward, weights come back after"
+        _offload_optimizer(
+            tally, by_what[OffloadWhat.optimizer].where, shares, counts, sharding, gpu
         )
     if OffloadWhat.params in by_what:
-        resident = max(2 * counts.per_block, counts.embedding, counts.head)
-        gpu_params = resident * setup.weight_dtype.itemsize
-        gpu_grads = min(grads_b, resident * setup.gradient_dtype.itemsize)
-        host += params_b
-        host_link += 2 * params_b
-        traffic["forward_up"] = params_b
-        traffic["backward_up"] = params_b
-        notes.append(
-            "params=cpu: two blocks' weights resident (current + prefetch), "
-            "weights streamed up in forward and again in backward"
-        )
+        _offload_params(tally, shares, counts, setup)
     if OffloadWhat.activations in by_what:
         per_micro_batch = stored_activation_bytes - kept_activation_bytes
-        host += per_micro_batch * in_flight
-        host_link += 2 * per_micro_batch * microbatches
-        traffic["forward_down"] = per_micro_batch
-        traffic["backward_up"] = traffic.get("backward_up", 0) + per_micro_batch
-        notes.append(
+        tally.host += per_micro_batch * in_flight
+        tally.host_link += 2 * per_micro_batch * microbatches
+        tally.traffic["forward_down"] = per_micro_batch
+        tally.traffic["backward_up"] = tally.traffic.get("backward_up", 0) + per_micro_batch
+        tally.notes.append(
             "activations=cpu: saved tensors of the blocks go to pinned host "
             "memory (save_on_cpu); one block's come back at a time"
         )
     return Placement(
-        offloads=offloads,
-        gpu_parameter_bytes=gpu_params,
-        gpu_gradient_bytes=gpu_grads,
-        gpu_optimizer_bytes=gpu_opt,
-        step_temporary_bytes=step_temp,
-        host_bytes=host,
-        nvme_bytes=nvme,
-        host_link_bytes=host_link,
-        nvme_link_bytes=nvme_link,
-        traffic=HostTraffic(**traffic, nvme_seconds=nvme_seconds),
-        cpu_step_seconds=cpu_step,
-        notes=tuple(notes),
+        offloads=effective,
+        gpu_parameter_bytes=tally.gpu_params,
+        gpu_gradient_bytes=tally.gpu_grads,
+        gpu_optimizer_bytes=tally.gpu_optimizer,
+        step_temporary_bytes=tally.step_temporary,
+        host_bytes=tally.host,
+        nvme_bytes=tally.nvme,
+        host_link_bytes=tally.host_link,
+        nvme_link_bytes=tally.nvme_link,
+        traffic=HostTraffic(**tally.traffic, nvme_seconds=tally.nvme_seconds),
+        cpu_step_seconds=tally.cpu_step_seconds,
+        notes=tuple(tally.notes),
+    )
+
+
+def _check_sharded_offloads(by_what: dict[OffloadWhat, Offload], sharding: Sharding) -> None:
+    """DeepSpeed offloads the optimizer from ZeRO-1 on and the parameters only at ZeRO-3;
+    FSDP's CPUOffload moves its (sharded) parameters with the optimizer states."""
+    if sharding.gpus <= 1:
+        return
+    if OffloadWhat.params in by_what and sharding.stage < 3:
+        raise MemcalcError(
+            "--offload params=cpu: with more than one data-parallel GPU the parameters "
+            "are offloaded sharded, so it needs --zero 3 (DeepSpeed offload_param, FSDP "
+            "CPUOffload)"
+        )
+    if OffloadWhat.optimizer in by_what and sharding.stage < 1:
+        raise MemcalcError(
+            "--offload optimizer: with more than one data-parallel GPU it needs --zero 1 or "
+            "more (DeepSpeed offload_optimizer shards the states it moves)"
+        )
+
+
+@dataclass(frozen=True)
+class _Shares:
+    """This rank's share of each model state before any offload."""
+
+    params: int
+    trained: int
+    """Of ``params``, the trained weights' (what a CPU optimizer step sends back up)."""
+    grads: int
+    optimizer: int
+    step_temporary: int
+
+    @classmethod
+    def of(
+        cls,
+        counts: ParamCounts,
+        setup: TrainingSetup,
+        optimizer: OptimizerBytes,
+        sharding: Sharding,
+        extra_grad_bytes: int,
+    ) -> _Shares:
+        weights = counts.weight_bytes(setup.weight_dtype.itemsize)
+        trained = counts.trainable_weight_bytes(setup.weight_dtype.itemsize)
+        grads = counts.grad_bytes(setup.gradient_dtype.itemsize)
+        step_b = optimizer.step_tensor_bytes if optimizer.step_on_device else 0
+        states = optimizer.total_bytes - optimizer.step_tensor_bytes
+        states_experts = _experts_part(states, counts.optimizer_counts)
+        if sharding.shards_parameters:
+            # FSDP2: every rank's optimizer steps its shard of every parameter tensor, so it
+            # keeps one step tensor per tensor (torch adam.py _init_group, over the DTensor
+            # shards)
+            opt_b = sharding.share(optimizer.total_bytes - step_b, 1, states_experts) + step_b
+        else:
+            opt_b = sharding.share(optimizer.total_bytes, 1, states_experts)
+        temporary = optimizer.step_temporary_bytes
+        return cls(
+            params=sharding.share(weights, 3, _experts_part(weights, counts)),
+            trained=sharding.share(trained, 3, _experts_part(trained, counts.optimizer_counts)),
+            grads=sharding.share(
+                grads + extra_grad_bytes, 2, _experts_part(grads, counts.optimizer_counts)
+            ),
+            optimizer=opt_b,
+            step_temporary=sharding.share(
+                temporary, 1, _experts_part(temporary, counts.optimizer_counts)
+            ),
+        )
+
+
+@dataclass
+class _Tally:
+    """A Placement being built: the GPU's bytes after each offload, and what moved."""
+
+    gpu_params: int
+    gpu_grads: int
+    gpu_optimizer: int
+    step_temporary: int
+    host: int = 0
+    nvme: int = 0
+    host_link: int = 0
+    nvme_link: int = 0
+    nvme_seconds: float = 0.0
+    cpu_step_seconds: float = 0.0
+    traffic: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _offload_optimizer(
+    tally: _Tally,
+    where: OffloadWhere,
+    shares: _Shares,
+    counts: ParamCounts,
+    sharding: Sharding,
+    gpu: GpuProfile,
+) -> None:
+    """ZeRO-Offload: gradients down, the updated weights up -- only what is trained (a frozen
+    base, LoRA, has no gradient and no update); the states on the host or on NVMe."""
+    tally.host_link += shares.grads + shares.trained
+    tally.traffic["step_down"] = shares.grads
+    tally.traffic["step_up"] = shares.trained
+    if where is OffloadWhere.cpu:
+        tally.host += shares.optimizer + shares.grads
+    else:
+        if gpu.nvme_bytes_per_s <= 0:
+            raise MemcalcError(
+                f"--offload optimizer=nvme: {gpu.display_name}'s profile has no local NVMe "
+                "(nvme_bytes_per_s = 0); use optimizer=cpu"
+            )
+        tally.host += shares.grads
+        tally.nvme += shares.optimizer
+        tally.nvme_link += 2 * shares.optimizer
+        tally.nvme_seconds = 2 * shares.optimizer / gpu.nvme_bytes_per_s
+    tally.cpu_step_seconds = cpu_updated_params(counts, sharding) / gpu.cpu_adam_params_per_s
+    tally.gpu_optimizer, tally.step_temporary = 0, 0
+    tally.notes.append(
+        f"optimizer step on the CPU ({where.value}) at {gpu.cpu_adam_params_per_s:.3g} "
+        "parameters/s (profile); gradients go down during backward, weights come back after"
+    )
+
+
+def _offload_params(
+    tally: _Tally, shares: _Shares, counts: ParamCounts, setup: TrainingSetup
+) -> None:
+    """ZeRO-Infinity's parameter offload: two blocks resident (current + prefetch), the
+    weights streamed up in forward and again in backward."""
+    resident = max(2 * counts.per_block, counts.embedding, counts.head)
+    tally.gpu_params = resident * setup.weight_dtype.itemsize
+    tally.gpu_grads = min(shares.grads, resident * setup.gradient_dtype.itemsize)
+    tally.host += shares.params
+    tally.host_link += 2 * shares.params
+    tally.traffic["forward_up"] = shares.params
+    tally.traffic["backward_up"] = shares.params
+    tally.notes.append(
+        "params=cpu: two blocks' weights resident (current + prefetch), "
+        "weights streamed up in forward and again in backward"
     )
 
 
