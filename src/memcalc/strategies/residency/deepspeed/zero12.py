@@ -35,7 +35,13 @@ what one rank's gradients take while the backward writes them.
 * The epilogue (``independent_gradient_partition_epilogue``) reduces the rest and lists the
   partition's gradients, a zero tensor filling the last partition (``get_flat_partition``).
 
-The same on CUDA and on the CPU accelerator (gloo's all-reduce works in place).
+The same on CUDA and on the CPU accelerator (gloo's all-reduce works in place): every rule
+here is DeepSpeed's Python. Not modelled on either: a collective's backend may hold its input
+after the call returns -- gloo's worker thread drops its reference to the work (and so to the
+tensors) only after waking the waiter (torch ``ProcessGroupGloo::runLoop``), so on the CPU a
+just-reduced tensor (a flattened copy, the LM head's gradient) is sometimes still alive a
+moment later; NCCL's work keeps its tensors until the work completes
+(``TORCH_NCCL_AVOID_RECORD_STREAMS`` stashing) -- a timing, not a DeepSpeed buffer.
 """
 
 from __future__ import annotations
