@@ -40,8 +40,8 @@ here is DeepSpeed's Python. Not modelled on either: a collective's backend may h
 after the call returns -- gloo's worker thread drops its reference to the work (and so to the
 tensors) only after waking the waiter (torch ``ProcessGroupGloo::runLoop``), so on the CPU a
 just-reduced tensor (a flattened copy, the LM head's gradient) is sometimes still alive a
-moment later; NCCL's work keeps its tensors until the work completes
-(``TORCH_NCCL_AVOID_RECORD_STREAMS`` stashing) -- a timing, not a DeepSpeed buffer.
+moment later (a timing, not a DeepSpeed buffer; what NCCL's work objects hold on a GPU is not
+measured here).
 """
 
 from __future__ import annotations
