@@ -139,7 +139,9 @@ def zero12(inp: RankInputs, trace: ParamTrace) -> tuple[States, Zero12Gradients]
     in_hooks = stage == 2 or cfg.overlap(stage)
     order = trace.backward_order if in_hooks else tuple(range(len(trace.numels)))
     arrival = Order(tuple(trace.numels[j] for j in order), tuple(trace.layers[j] for j in order))
-    reduction = Reduction(group, r, arrival, order, cfg.reduce_bucket_size, offload)
+    reduction = Reduction(
+        group, r, arrival, order, cfg.reduce_bucket_size, offload, keeps_unowned=stage == 1
+    )
     optimizer, temporaries = _adam(inp, s, offload, 4)
     if offload:
         staging = trace.largest * b  # temp_grad_buffer_for_gpu_offload / _for_cpu_offload

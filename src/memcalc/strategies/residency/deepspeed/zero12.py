@@ -17,10 +17,31 @@ what one rank's gradients take while the backward writes them.
   ``flat.FlatGroup.grads_in_partition``) at the first reduction that holds one of them, kept to
   the step; with ``offload_optimizer`` each such tensor's slice is instead normed in fp64
   (``set_norm_for_param_grad_in_gpu``) and copied to the host's fp32 gradient partition.
+* ``copy_grads_in_partition`` allocates ``grads_in_partition`` after the reduction that first
+  holds one of the rank's tensors has returned (its flattened copy freed), while everything
+  else of that moment is still alive: the bucket, the gradients waiting, an oversized one.
+* ZeRO-1 (``partition_gradients`` false: ``reduce_ipg_grads``'s "zero stage 1" branch) clears
+  no gradient outside the rank's partition. One copied into the bucket lost its own storage
+  there (``grad_reduc.data = new_grad_tensor.data``, a view of the bucket); an oversized one
+  (``extra_large_param_to_reduce``) never entered the bucket, so autograd's tensor stays whole
+  until the epilogue's ``_clear_param_grad_only`` (``Reduction.kept``). ZeRO-2 frees it
+  (``clear_grad_attribute``); under offload the partition's own are freed
+  (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``), the others' kept all the same.
+* With ``offload_optimizer`` (``_offload_gradient_safety_enabled = cpu_offload and not
+  zenflow``) an oversized gradient is cloned at its hook, before it waits for its reduction
+  (``grad_reduc.data = grad_reduc.detach().clone()`` in
+  ``reduce_independent_p_g_buckets_and_remove_grads``): for a moment it is there twice
+  (``Reduction.clone``).
 * The epilogue (``independent_gradient_partition_epilogue``) reduces the rest and lists the
   partition's gradients, a zero tensor filling the last partition (``get_flat_partition``).
 
-The same on CUDA and on the CPU accelerator (gloo's all-reduce works in place).
+The same on CUDA and on the CPU accelerator (gloo's all-reduce works in place): every rule
+here is DeepSpeed's Python. Not modelled on either: a collective's backend may hold its input
+after the call returns -- gloo's worker thread drops its reference to the work (and so to the
+tensors) only after waking the waiter (torch ``ProcessGroupGloo::runLoop``), so on the CPU a
+just-reduced tensor (a flattened copy, the LM head's gradient) is sometimes still alive a
+moment later (a timing, not a DeepSpeed buffer; what NCCL's work objects hold on a GPU is not
+measured here).
 """
 
 from __future__ import annotations
@@ -44,6 +65,8 @@ class Reduction:
     """The group index of the tensor at each position of ``order``."""
     bucket: int
     offload: bool
+    keeps_unowned: bool = False
+    """ZeRO-1: reduced gradients outside the rank's partition are not cleared (``kept``)."""
 
     @cached_property
     def flushes(self) -> tuple[Flush, ...]:
@@ -91,6 +114,27 @@ class Reduction:
             if any(self.tensors[p] in self._mine for p in f.tensors):
                 return k
         return None
+
+    def kept(self, start: int) -> int:
+        """ZeRO-1: elements of the oversized tensors outside the rank's partition whose
+        reduction ran before position ``start`` (autograd's whole gradient, kept to the end of
+        the epilogue: ``reduce_ipg_grads`` clears none of them at stage 1)."""
+        if not self.keeps_unowned:
+            return 0
+        order = self.order.numels
+        return sum(
+            order[p]
+            for f in self.flushes
+            if f.position < start
+            for p in f.tensors
+            if order[p] > self.bucket and self.tensors[p] not in self._mine
+        )
+
+    def clone(self, pos: int) -> int:
+        """Offload: elements of the clone of the tensor at ``pos`` when it is oversized
+        (``reduce_independent_p_g_buckets_and_remove_grads``); 0 otherwise."""
+        n = self.order.numels[pos]
+        return n if self.offload and n > self.bucket else 0
 
     def norm_slice(self, f: Flush) -> int:
         """Offload: elements of the largest slice of the rank's partition in ``f`` (normed in
@@ -164,8 +208,11 @@ class Zero12Gradients:
             return held
         pos = self.arrival.during(lo, hi)
         out = self.bucket_bytes + (hi - lo) * self.model_bytes + held + self._pending(pos.start)
+        out += self.reduction.kept(pos.start) * self.model_bytes
         alloc = r.flushes[r.allocation].position if r.allocation is not None else None
         flush = max((self._copy(f) for f in r.flushes if f.position in pos), default=0)
+        # an oversized tensor's clone follows the reduction its hook runs (its copy freed)
+        flush = max(flush, max((r.clone(p) for p in pos), default=0) * self.model_bytes)
         if alloc is not None and alloc in pos:
             return out + max(flush, self.partition_bytes)
         before = alloc is not None and alloc < pos.start
@@ -219,13 +266,34 @@ class Zero12Gradients:
             if self.in_hooks and f.position < len(order):
                 continue
             waiting = 0 if self.in_hooks else sum(order[f.position :]) * self.model_bytes
-            before = self.partition_bytes if r.allocation is not None and r.allocation < k else 0
             out = self.bucket_bytes + held + waiting + self._pending(f.position)
+            out += r.kept(f.position) * self.model_bytes
+            if k == r.allocation:  # the copy is freed before grads_in_partition is allocated
+                best = max(best, out + max(self._copy(f), self.partition_bytes))
+                continue
+            before = self.partition_bytes if r.allocation is not None and r.allocation < k else 0
             best = max(best, out + self._copy(f) + before)
         if not r.flushes:
             return ()
-        best = max(best, self.bucket_bytes + held + self.partition_bytes)
+        if not self.in_hooks:
+            best = max(best, self._clones(held))
+        kept = r.kept(len(order) + 1) * self.model_bytes  # until _clear_param_grad_only
+        best = max(best, self.bucket_bytes + held + self.partition_bytes + kept)
         return (Tail("backward epilogue: reduce the ipg bucket", best, 0),)
+
+    def _clones(self, held: int) -> int:
+        """ZeRO-1's ``reduce_gradients`` under offload: the most bytes at an oversized
+        tensor's clone, after the reduction its hook ran (``Reduction.clone``)."""
+        r, order, b = self.reduction, self.reduction.order.numels, self.model_bytes
+        best = 0
+        for p in range(len(order)):
+            if not r.clone(p):
+                continue
+            waiting = sum(order[p + 1 :]) * b + self._pending(p + 1) + r.kept(p + 1) * b
+            alloc = r.allocation is not None and r.flushes[r.allocation].position <= p
+            partition = self.partition_bytes if alloc else 0
+            best = max(best, self.bucket_bytes + held + waiting + partition + r.clone(p) * b)
+        return best
 
     def after_loss(self, accumulated: bool) -> tuple[Tail, ...]:
         """The LM head's and final norm's gradient hooks (ZeRO-2: a reduction may run)."""
