@@ -94,9 +94,9 @@ def trace_module(
                     loss, logits = loss_and_logits(out, ids)
             say("tracing: op graph")
             epilogue = {p for p, s in rec.first_scope_of_module.items() if s == len(blocks)}
-            found = param_tensors(model, blocks, epilogue)
+            params = param_tensors(model, blocks, epilogue).tensors
             spans = list(SDPA_SPANS)
-            built = build_graph(rec, blocks, modules, loss, logits, batch, seq, spans, found.tensors)
+            built = build_graph(rec, blocks, modules, loss, logits, batch, seq, spans, params)
             say("tracing: backward")
             loss.backward()
         except MemcalcError:
