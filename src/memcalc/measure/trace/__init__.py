@@ -33,6 +33,11 @@ precision recipe, put in training mode and run forward on int64 token ids of sha
   and attention kernels only, no elementwise FLOPs) plus the grouped matmul of MoE experts, counted
   in a dispatch mode that attributes each op to the autograd node it creates; FLOPs of nodes that
   save nothing go to the first op of their scope, so block totals stay right.
+* weight gradients: each trained parameter's ``AccumulateGrad`` node names its readers (through
+  views and casts); the op of its last reader in forward order -- the first backward to reach it
+  -- writes its gradient (``Op.params``), the op of its first reader owns it (``Op.weights``; a
+  tied head's weight: the embedding), as the lowering places them (``graph._place_weights``).
+  Frozen parameters (``requires_grad=False``) have no such node and no gradient.
 * ``Op.grad_bytes`` is an approximation: 2 x the op's largest saved storage (its output gradient
   and one input gradient of about that size).
 

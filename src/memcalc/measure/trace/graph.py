@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 from memcalc.errors import MemcalcError
-from memcalc.graph.ops import Block, Component, Op, OpGraph, Saved
+from memcalc.graph.ops import Block, Component, Op, OpGraph, ParamTensor, Saved
 from memcalc.measure.trace.capture import Recorder, StorageRecord, memcalc_dtype, storage_key
 from memcalc.measure.trace.common import FC_NAME, LN_NAME, PROLOGUE
 
@@ -225,8 +226,10 @@ def build_graph(
     batch: int,
     seq: int,
     fused: list[tuple[int, int]] | None = None,
+    params: dict[int, ParamTensor] | None = None,
 ) -> Built:
-    """The OpGraph of the recorded forward.
+    """The OpGraph of the recorded forward; ``params``: the parameter tensors by storage key,
+    placed on the ops that read them (``_place_weights``).
 
     A storage saved only by nodes from which the loss cannot be reached (a dead branch: the
     values of DeepSeek-V3's group-limited top-k, of the aux loss's top-k) is left out: backward
@@ -259,6 +262,7 @@ def build_graph(
         flops[s] = flops.get(s, 0) + f
     leftover: dict[int, int] = {}
     scopes: dict[int, list[Op]] = {k: [] for k in range(PROLOGUE, n + 1)}
+    op_seqs: dict[int, list[int]] = {k: [] for k in range(PROLOGUE, n + 1)}
     core_inputs: dict[int, dict[str, Saved]] = {k: {} for k in range(n)}
     previous: dict[int, Component] = {}
     shared: dict[int, tuple[StorageRecord, Component]] = {}
@@ -290,6 +294,8 @@ def build_graph(
                 grad_bytes=2 * max(s.nbytes for s in own),
             )
         )
+        op_seqs[x.scope].append(x.seq)
+    _place_weights(scopes, op_seqs, _param_readers(nodes), params or {})
     if shared:
         items = list(shared.values())
         scopes[PROLOGUE].append(
@@ -329,6 +335,79 @@ def build_graph(
         logits=_logits(logits, nodes, n, batch, seq),
     )
     return Built(graph, dead)
+
+
+def _params_read(node: Any) -> set[int]:
+    """Storage keys of the parameters ``node`` reads, directly or through views and casts
+    (``weight.t()``, autocast's copy of the weight): their ``AccumulateGrad`` nodes."""
+    out: set[int] = set()
+    for p, _ in node.next_functions:
+        while p is not None and (type(p).__name__ in MOVEMENT or type(p).__name__ == "TBackward0"):
+            p = p.next_functions[0][0] if p.next_functions else None
+        if p is not None and type(p).__name__ == "AccumulateGrad":
+            out.add(storage_key(p.variable))
+    return out
+
+
+def _param_readers(nodes: list[_Node]) -> dict[int, list[_Node]]:
+    """Storage key of each trained parameter -> the nodes that read it, in forward order (views
+    and casts are not readers: the node they feed is)."""
+    readers: dict[int, list[_Node]] = {}
+    for x in nodes:
+        if x.kind in MOVEMENT or x.kind == "TBackward0":
+            continue
+        for key in _params_read(x.node):
+            readers.setdefault(key, []).append(x)
+    return readers
+
+
+def _op_at(op_seqs: list[int], seq: int) -> int:
+    """Index of the op whose backward runs first after that of the node ``seq`` (the last op
+    made at or before it; the scope's first op when none is)."""
+    i = bisect.bisect_right(op_seqs, seq) - 1
+    return max(i, 0)
+
+
+def _place_weights(
+    scopes: dict[int, list[Op]],
+    op_seqs: dict[int, list[int]],
+    readers: dict[int, list[_Node]],
+    params: dict[int, ParamTensor],
+) -> None:
+    """Give ops the weight gradients their backward writes (``Op.params``) and the parameter
+    tensors they own (``Op.weights``).
+
+    A parameter's gradient is allocated when the backward of its last reader in forward order
+    -- the first to run in backward -- hands ``AccumulateGrad`` its gradient
+    (``torch/csrc/autograd/functions/accumulate_grad.h`` ``accumulateGrad``: the first
+    gradient becomes ``variable.grad``, later ones -- another reader, a later micro-batch --
+    are added in place) and lives until the optimizer step / ``zero_grad``. A tied head's
+    weight is owned by its first reader (the embedding) and written by the head, as the
+    lowering places it (``graph/blocks/embedding.py``, ``linear.py``): the timeline adds the
+    head's gradient for a tied weight. A reader that saves nothing has no op: the op whose
+    backward runs next in its scope takes it. Frozen parameters have no ``AccumulateGrad``
+    node, hence no readers here. Prologue ops (the embeddings) own their weights but write no
+    ``params``, as lowered (``graph/blocks/embedding.py``): the timeline's embedding moment
+    counts every gradient as written (``Timeline.embedding_moments``,
+    ``gradients.at_embedding``); with them the peak of a 4-layer llama, bf16-mixed,
+    optimizer=cpu, moved 2.4% off the lowering's (``test_traced_peak_equals_the_lowered_peak``)."""
+    written: dict[tuple[int, int], int] = {}
+    owned: dict[tuple[int, int], list[ParamTensor]] = {}
+    for key, xs in readers.items():
+        tensor = params.get(key)
+        first, last = xs[0], xs[-1]
+        if tensor is None or not scopes[first.scope] or not scopes[last.scope]:
+            continue
+        if last.scope != PROLOGUE:
+            w = (last.scope, _op_at(op_seqs[last.scope], last.seq))
+            written[w] = written.get(w, 0) + tensor.numel
+        o = (first.scope, _op_at(op_seqs[first.scope], first.seq))
+        owned.setdefault(o, []).append(tensor)
+    for (scope, i), numel in written.items():
+        scopes[scope][i] = replace(scopes[scope][i], params=scopes[scope][i].params + numel)
+    for (scope, i), tensors in owned.items():
+        op = scopes[scope][i]
+        scopes[scope][i] = replace(op, weights=op.weights + tuple(tensors))
 
 
 def component_of(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import nn
 
 from memcalc.errors import MemcalcError
@@ -20,16 +22,45 @@ def param_counts(
     blocks: list[nn.Module],
     epilogue_modules: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> ParamCounts:
-    """ParamCounts of the module's own tensors (each storage once, so tied weights count once).
+    """ParamCounts of the module's own tensors (each storage once, so tied weights count once;
+    see ``param_tensors``). ``lm_head_numel`` is the head's largest tensor, or the largest
+    embedding when there is no head (tied); ``final_norm`` counts the norm parameters of
+    ``epilogue_modules`` (first run after the last block)."""
+    found = param_tensors(model, blocks, epilogue_modules)
+    tensors = list(found.tensors.values())
+    if not tensors:
+        raise MemcalcError(f"{type(model).__name__} has no parameters to train")
+    embeddings = [m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding)]
+    return ParamCounts.from_tensors(
+        tensors,
+        num_blocks=max(1, len(blocks)),
+        lm_head_numel=found.head_numel or max(embeddings, default=0),
+        final_norm=found.final_norm,
+    )
+
+
+@dataclass(frozen=True)
+class FoundParams:
+    tensors: dict[int, ParamTensor]
+    """Storage key -> the parameter tensor (first name of a tied storage)."""
+    head_numel: int
+    final_norm: int
+
+
+def param_tensors(
+    model: nn.Module,
+    blocks: list[nn.Module],
+    epilogue_modules: set[str] = frozenset(),  # type: ignore[assignment]
+) -> FoundParams:
+    """The module's parameter tensors by storage key, each storage once.
 
     Components: ``nn.Embedding`` weights -> embedding; modules whose class name contains "Norm"
     -> norms; inside the blocks, by module path (mlp when the path says so, else attention);
-    outside the blocks, anything else -> head (an untied output projection). ``lm_head_numel``
-    is the head's largest tensor, or the largest embedding when there is no head (tied);
-    ``final_norm`` counts the norm parameters of ``epilogue_modules`` (first run after the last
-    block). Routed experts (an HF experts module: ``num_experts`` 3-D parameters stacked along
-    dim 0, ``config.num_experts_per_tok`` of them per token) count ``top_k`` experts' worth as
-    active.
+    outside the blocks, anything else -> head (an untied output projection). A parameter with
+    ``requires_grad=False`` (a frozen base under LoRA) is not trainable: no gradient, no
+    optimizer state (``torch/csrc/autograd``: no ``AccumulateGrad`` node is made for it).
+    Routed experts (an HF experts module: ``num_experts`` 3-D parameters stacked along dim 0,
+    ``config.num_experts_per_tok`` of them per token) count ``top_k`` experts' worth as active.
     """
     top_k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
     block_ids = {id(b) for b in blocks}
@@ -38,14 +69,12 @@ def param_counts(
     for path, module in model.named_modules():
         for p in module.parameters(recurse=False):
             module_of.setdefault(id(p), (path, module))
-    seen: set[int] = set()
-    tensors: list[ParamTensor] = []
+    tensors: dict[int, ParamTensor] = {}
     final_norm = head_numel = 0
     for name, p in model.named_parameters():
         key = storage_key(p)
-        if key in seen:
+        if key in tensors:
             continue
-        seen.add(key)
         path, module = module_of[id(p)]
         inside = any(path == b or path.startswith(b + ".") for b in block_paths)
         if isinstance(module, nn.Embedding):
@@ -68,13 +97,7 @@ def param_counts(
             and 0 < top_k <= experts
         ):
             active = p.numel() // experts * top_k
-        tensors.append(ParamTensor(name, tuple(p.shape), comp, active_numel=active))
-    if not tensors:
-        raise MemcalcError(f"{type(model).__name__} has no parameters to train")
-    embeddings = [m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding)]
-    return ParamCounts.from_tensors(
-        tensors,
-        num_blocks=max(1, len(blocks)),
-        lm_head_numel=head_numel or max(embeddings, default=0),
-        final_norm=final_norm,
-    )
+        tensors[key] = ParamTensor(
+            name, tuple(p.shape), comp, trainable=p.requires_grad, active_numel=active
+        )
+    return FoundParams(tensors, head_numel, final_norm)

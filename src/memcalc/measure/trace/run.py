@@ -35,7 +35,7 @@ from memcalc.measure.trace.fake import (
     unpacked_sequences,
 )
 from memcalc.measure.trace.graph import build_graph
-from memcalc.measure.trace.params import param_counts
+from memcalc.measure.trace.params import param_counts, param_tensors
 from memcalc.measure.trace.targets import one_line, resolve_target, spec_target
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
@@ -93,7 +93,10 @@ def trace_module(
                     out = run_forward(model, ids)
                     loss, logits = loss_and_logits(out, ids)
             say("tracing: op graph")
-            built = build_graph(rec, blocks, modules, loss, logits, batch, seq, list(SDPA_SPANS))
+            epilogue = {p for p, s in rec.first_scope_of_module.items() if s == len(blocks)}
+            params = param_tensors(model, blocks, epilogue).tensors
+            spans = list(SDPA_SPANS)
+            built = build_graph(rec, blocks, modules, loss, logits, batch, seq, spans, params)
             say("tracing: backward")
             loss.backward()
         except MemcalcError:
@@ -108,7 +111,6 @@ def trace_module(
         finally:
             for h in handles:
                 h.remove()
-        epilogue = {p for p, s in rec.first_scope_of_module.items() if s == len(blocks)}
         counts = param_counts(model, blocks, epilogue)
 
     notes = []
