@@ -112,7 +112,16 @@ def measure(cases: list) -> dict[tuple[int, int], tuple[int, int, int, int]]:
 
 def estimate(case: tuple, rank: int) -> tuple[int, int, int, int]:
     cp, rotate, causal, b, h, s, d, dt = case
-    shape = RingShape(batch=b, heads=h, kv_heads=h, seq=s, qk_dim=d, v_dim=d, itemsize=DTYPES[dt].itemsize, lse_heads=h)
+    shape = RingShape(
+        batch=b,
+        heads=h,
+        kv_heads=h,
+        seq=s,
+        qk_dim=d,
+        v_dim=d,
+        itemsize=DTYPES[dt].itemsize,
+        lse_heads=h,
+    )
     r = ring_scratch(shape, cp=cp, rotate=rotate, causal=causal, rank=rank, device="cpu")
     return r.forward_peak, r.forward_returned, r.backward_peak, r.backward_returned
 
@@ -131,14 +140,24 @@ def main() -> int:
             case, e = group[n], estimate(group[n], rank)
             total += 1
             exact += m == e
-            err = [f"{(ee - mm) / mm:+.1%}" if mm else ("0" if ee == 0 else "inf") for mm, ee in zip(m, e)]
+            err = [
+                f"{(ee - mm) / mm:+.1%}" if mm else ("0" if ee == 0 else "inf")
+                for mm, ee in zip(m, e, strict=True)
+            ]
             rows.append((case, rank, m, e, err))
-    print("| cp | rotate | causal | b h s_local d dtype | rank | fwd peak meas/est (err) | fwd out | bwd peak meas/est (err) | bwd out |")
+    print(
+        "| cp | rotate | causal | b h s_local d dtype | rank | fwd peak meas/est (err) "
+        "| fwd out | bwd peak meas/est (err) | bwd out |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for case, rank, m, e, err in rows:
         cp, rotate, causal, b, h, s, d, dt = case
-        cells = [f"{mm}/{ee} ({er})" for mm, ee, er in zip(m, e, err)]
-        print(f"| {cp} | {rotate} | {causal} | {b} {h} {s} {d} {dt} | {rank} | " + " | ".join(cells) + " |")
+        cells = [f"{mm}/{ee} ({er})" for mm, ee, er in zip(m, e, err, strict=True)]
+        print(
+            f"| {cp} | {rotate} | {causal} | {b} {h} {s} {d} {dt} | {rank} | "
+            + " | ".join(cells)
+            + " |"
+        )
     print(f"\n{exact}/{total} rank cases exact (forward and backward peak and returned bytes)")
     return 0 if exact == total else 1
 

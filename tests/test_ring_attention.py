@@ -84,7 +84,10 @@ def test_torch_ring_attention_two_ranks_exact():
     sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
     import cp_ring_memory as bench
 
-    cases = [(2, "alltoall", True, 1, 2, 32, 16, "fp32"), (2, "allgather", False, 1, 2, 32, 16, "bf16")]
+    cases = [
+        (2, "alltoall", True, 1, 2, 32, 16, "fp32"),
+        (2, "allgather", False, 1, 2, 32, 16, "bf16"),
+    ]
     measured = bench.measure(cases)
     for (n, rank), m in measured.items():
         assert m == bench.estimate(cases[n], rank), (cases[n], rank)

@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from memcalc.errors import one_of
 from memcalc.graph.ops import Saved
 from memcalc.graph.scope import Dims
 
@@ -43,14 +42,6 @@ class RotateMethod(str, Enum):
 
 DEFAULT_ROTATE = RotateMethod.allgather
 """``_ContextParallelOptions.rotate_method``'s default (``set_rotate_method`` changes it)."""
-
-
-def rotate_method(value: str, flag: str = "--cp-rotate") -> RotateMethod:
-    """The rotate method named ``value``; a one-line error naming ``flag`` otherwise."""
-    try:
-        return RotateMethod(value)
-    except ValueError:
-        raise one_of(flag, value, [m.value for m in RotateMethod]) from None
 
 
 @dataclass(frozen=True)
@@ -110,7 +101,9 @@ class RingScratch:
 class _Heap:
     """Buffers with the names referencing them; the live total and its peak."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: bool = False) -> None:
+        self.cpu = cpu
+        """CPU kernels (``log_sigmoid_forward``'s input-sized buffer)."""
         self.refs: dict[int, set[str]] = {}
         self.size: dict[int, int] = {}
         self.names: dict[str, int] = {}
@@ -182,22 +175,22 @@ def _merge(h: _Heap, shape: RingShape, partial: bool, first: bool) -> None:
         h.bind("m._out", h.get("m.block_out"))
         return
     div = 2 if partial else 1
-    L, O = 4 * shape.lse // div, 4 * shape.o // div
+    lse_b, out_b = 4 * shape.lse // div, 4 * shape.o // div  # fp32 (convert_to_f32)
     # out = out - F.sigmoid(block_lse - lse) * (out - block_out)
-    h.alloc(L, "t1")
-    h.alloc(L, "t2")
+    h.alloc(lse_b, "t1")
+    h.alloc(lse_b, "t2")
     h.drop("t1")
-    h.alloc(O, "t3")
-    h.alloc(O, "t4")
+    h.alloc(out_b, "t3")
+    h.alloc(out_b, "t4")
     h.drop("t2", "t3")
-    h.alloc(O, "m.out")
+    h.alloc(out_b, "m.out")
     h.drop("t4")
     # lse = lse - F.logsigmoid(lse - block_lse): log_sigmoid_forward's output and buffer
-    h.alloc(L, "t6")
-    h.alloc(L, "t7")
-    h.alloc(h.cpu_buffer * L, "t8")  # type: ignore[attr-defined]
+    h.alloc(lse_b, "t6")
+    h.alloc(lse_b, "t7")
+    h.alloc(lse_b if h.cpu else 0, "t8")
     h.drop("t8", "t6")
-    h.alloc(L, "m.lse")
+    h.alloc(lse_b, "m.lse")
     h.drop("t7")
     if partial:
         h.alloc(4 * shape.lse, "cat")
@@ -223,11 +216,17 @@ def _step_kind(i: int, rank: int, cp: int, causal: bool, balance: bool) -> str:
     return "half_kv" if i <= rank else "half_q"
 
 
-def _forward(shape: RingShape, cp: int, rank: int, method: RotateMethod, causal: bool,
-             balance: bool, cpu: bool) -> tuple[int, int]:
+def _forward(
+    shape: RingShape,
+    cp: int,
+    rank: int,
+    method: RotateMethod,
+    causal: bool,
+    balance: bool,
+    cpu: bool,
+) -> tuple[int, int]:
     """``_templated_ring_attention``: (peak, returned) bytes beyond q, k, v."""
-    h = _Heap()
-    h.cpu_buffer = 1 if cpu else 0  # type: ignore[attr-defined]
+    h = _Heap(cpu)
     p, convert = shape.itemsize, shape.itemsize != 4  # _cp_options.convert_to_f32
     kv = (shape.k + shape.v) * p
     rot = _Rotater(h, method, cp, "rot")
@@ -267,8 +266,9 @@ def _forward(shape: RingShape, cp: int, rank: int, method: RotateMethod, causal:
     return h.peak, h.held("result_out", "result_lse")
 
 
-def _backward(shape: RingShape, cp: int, rank: int, method: RotateMethod, causal: bool,
-              balance: bool) -> tuple[int, int]:
+def _backward(
+    shape: RingShape, cp: int, rank: int, method: RotateMethod, causal: bool, balance: bool
+) -> tuple[int, int]:
     """``_templated_ring_attention_backward``: (peak, returned) bytes beyond its inputs. The
     K/V go round by ``method``; their gradients always by all-to-all (``dkv_rotater``)."""
     h = _Heap()
@@ -345,8 +345,13 @@ def ring_scratch(
     return RingScratch(fwd[0], fwd[1], bwd[0], bwd[1])
 
 
-def worst_rank_scratch(shape: RingShape, cp: int, rotate: RotateMethod | str = DEFAULT_ROTATE,
-                       causal: bool = True, device: str = "cuda") -> RingScratch:
+def worst_rank_scratch(
+    shape: RingShape,
+    cp: int,
+    rotate: RotateMethod | str = DEFAULT_ROTATE,
+    causal: bool = True,
+    device: str = "cuda",
+) -> RingScratch:
     """The largest forward and backward scratch over the ``cp`` ranks (the estimate reports
     the most loaded rank)."""
     ranks = [ring_scratch(shape, cp, rotate, causal, r, device=device) for r in range(cp)]
