@@ -41,6 +41,14 @@ def test_returned_bytes_are_the_kernels_outputs(rotate):
     assert worst.backward_peak >= r.backward_peak
 
 
+@pytest.mark.parametrize("rotate", ["allgather", "alltoall"])
+def test_sampled_ranks_find_the_worst_rank(rotate):
+    every = [ring_scratch(SHAPE, 40, rotate, causal=True, rank=r) for r in range(40)]
+    worst = worst_rank_scratch(SHAPE, 40, rotate)
+    assert worst.forward_peak == max(r.forward_peak for r in every)
+    assert worst.backward_peak == max(r.backward_peak for r in every)
+
+
 KW = dict(gpu="h100", seq=65536, batch=1, framework="torchtitan", attention="sdpa", loss="fused")
 
 
