@@ -99,3 +99,14 @@ def test_torch_ring_attention_two_ranks_exact():
     measured = bench.measure(cases)
     for (n, rank), m in measured.items():
         assert m == bench.estimate(cases[n], rank), (cases[n], rank)
+
+
+def test_torchtitan_toml_sets_the_rotate_method(tmp_path, capsys):
+    path = tmp_path / "train.toml"
+    path.write_text(
+        '[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 1\n'
+        "seq_len = 8192\n[parallelism]\ndata_parallel_shard_degree = 2\n"
+        'context_parallel_degree = 2\ncontext_parallel_rotate_method = "alltoall"\n'
+    )
+    assert main(["estimate", "--config", str(path), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"]["cp_rotate"] == "alltoall"
