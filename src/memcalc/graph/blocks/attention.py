@@ -185,7 +185,10 @@ def _fused_attention(
         work=AttentionWork(b * a, s, s, dims.d, dims.d, sc.autocast or p, True, window),
         kernel=kernel.value,
         outputs=(out, *stats),
-        scratch=(0, 0) if attention is Attention.flex else ring_scratch_of(dims, q, k, v),
+        # the kernel's inputs (autocast's 16-bit casts under amp) go round the ring
+        scratch=(0, 0)
+        if attention is Attention.flex
+        else ring_scratch_of(dims, *(sc.matmul_input(t, "sdpa") for t in (q, k, v))),
     )
     return out
 

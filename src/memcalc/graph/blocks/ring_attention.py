@@ -392,7 +392,7 @@ def ring_scratch_of(dims: Dims, q: Saved, k: Saved, v: Saved) -> tuple[int, int]
         seq=dims.s,
         qk_dim=dims.d,
         v_dim=v.numel * dims.d // k.numel if k.numel else dims.d,
-        itemsize=dims.p.itemsize,
+        itemsize=q.dtype.itemsize,
     )
     worst = worst_rank_scratch(shape, dims.cp, dims.cp_rotate, True, "cpu" if dims.cpu else "cuda")
     return (
