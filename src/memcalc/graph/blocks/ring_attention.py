@@ -365,10 +365,14 @@ def worst_rank_scratch(
     rotate: RotateMethod | str = DEFAULT_ROTATE,
     causal: bool = True,
     device: str = "cuda",
+    balance: bool | None = None,
 ) -> RingScratch:
     """The largest forward and backward scratch over the ``cp`` ranks (the estimate reports
     the most loaded rank)."""
-    ranks = [ring_scratch(shape, cp, rotate, causal, r, device=device) for r in sample_ranks(cp)]
+    ranks = [
+        ring_scratch(shape, cp, rotate, causal, r, balance=balance, device=device)
+        for r in sample_ranks(cp)
+    ]
     return RingScratch(
         max(r.forward_peak for r in ranks),
         max(r.forward_returned for r in ranks),
@@ -394,7 +398,11 @@ def ring_scratch_of(dims: Dims, q: Saved, k: Saved, v: Saved) -> tuple[int, int]
         v_dim=v.numel * dims.d // k.numel if k.numel else dims.d,
         itemsize=q.dtype.itemsize,
     )
-    worst = worst_rank_scratch(shape, dims.cp, dims.cp_rotate, True, "cpu" if dims.cpu else "cuda")
+    # context_parallel load-balances when seq % (2 cp) == 0 (_load_balancer.py
+    # _create_default_load_balancer), i.e. when this rank's seq / cp tokens are even
+    balance = dims.s % 2 == 0
+    device = "cpu" if dims.cpu else "cuda"
+    worst = worst_rank_scratch(shape, dims.cp, dims.cp_rotate, True, device, balance)
     return (
         max(worst.forward_peak - worst.forward_returned, 0),
         max(worst.backward_peak - worst.backward_returned, 0),
