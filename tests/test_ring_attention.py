@@ -110,3 +110,21 @@ def test_torchtitan_toml_sets_the_rotate_method(tmp_path, capsys):
     )
     assert main(["estimate", "--config", str(path), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["layout"]["cp_rotate"] == "alltoall"
+
+
+def test_rotate_method_is_in_the_lowering_key_under_cp():
+    from memcalc.graph.lower import lower, lowering_key
+    from memcalc.spec.parallel import Parallelism
+    from memcalc.spec.presets import preset
+    from memcalc.spec.training import TrainingSetup
+
+    spec = preset("llama-3.2-1b")
+    setups = [
+        TrainingSetup(batch=1, seq=256, parallel=Parallelism(cp=2, cp_rotate=r))
+        for r in ("allgather", "alltoall")
+    ]
+    assert lowering_key(spec, setups[0], "cuda") != lowering_key(spec, setups[1], "cuda")
+    sdpa = [
+        next(op for op in lower(spec, s).kinds[0].ops if op.name.endswith("sdpa")) for s in setups
+    ]
+    assert sdpa[0].backward_scratch > sdpa[1].backward_scratch > 0
