@@ -54,6 +54,7 @@ PARALLEL_VALUES = {
     "tp": (1, 4),
     "pp": (1,),
     "cp": (1, 2),
+    "cp_rotate": ("alltoall",),
     "ep": (1,),
     "etp": (1,),
     "sp": (False,),

@@ -142,6 +142,7 @@ def _coarse(blk: Block, mode: Recompute = Recompute.none) -> list[_Step]:
             held += inputs + kept_copy
         written += op.params  # this op's backward writes its weight gradients
         grads = op.grad_bytes - (op.recompute_freed if mode is Recompute.full else 0)
+        grads += op.backward_scratch  # transients of its backward (CP's ring buffers)
         steps.append(_Step(held, op.name, grads + residual, written, residual, op.params))
     return steps
 
@@ -313,6 +314,7 @@ class _StepWalk:
             for blk, c in zip(graph.kinds, plan.fully_recomputed, strict=False)
         )
         self.block_grads = tuple(b.grad_bytes(self.g) for b in graph.kinds)
+        self.has_forward_scratch = any(op.forward_scratch for b in graph.kinds for op in b.ops)
         embedding_trains = any(w.trainable for op in graph.prologue for w in op.weights)
         self.tied = counts.head == 0 and embedding_trains
         # under gradient accumulation a tied head's gradient sits in the embedding's autograd
@@ -386,6 +388,33 @@ class _StepWalk:
         )
         first_moment = Moment("forward", f"{label}embedding", self.P + first, grads, opt, others, 0)
         return [first_moment, *(layers[i] for i in sorted(kept) if 0 <= i < self.n)]
+
+    def scratch_moments(self, label: str, others: int, accumulated: bool) -> list[Moment]:
+        """The forward moment of an op with forward scratch (context parallelism's ring
+        attention), at the highest layer of each block kind that has one: the activations
+        below it, its layer's saved tensors up to that op (or, recomputed, what its
+        checkpoint keeps) and the scratch."""
+        top: dict[int, int] = {}
+        for i in range(self.n):
+            top[id(self.graph.block(i))] = i
+        grads, opt = self.rank.gradients.at_loss(accumulated), self.state.optimizer_bytes
+        below = self.graph.prologue_saved_bytes + others
+        out = []
+        for i in sorted(top.values()):
+            blk = self.graph.block(i)
+            j, scratch = max(enumerate(op.forward_scratch for op in blk.ops), key=lambda x: x[1])
+            if scratch == 0:
+                continue
+            own = (
+                saved_bytes(blk.ops[: j + 1])
+                if layer_mode(self.plan, i) is Recompute.none
+                else self.plan.layer_stored(i)
+            )
+            acts = below + self.plan.held_below(i) + own
+            gathered = self.rank.params.at_forward(i) or 0
+            where = f"{label}block {self.first_layer + i}: {blk.ops[j].name} (ring)"
+            out.append(Moment("forward", where, self.P + gathered, grads, opt, acts, scratch, i))
+        return out
 
     def head_moments(self, label: str, others: int, accumulated: bool, kept: int) -> list[Moment]:
         """Moments of the LM head's backward a mechanism says more about (DeepSpeed's gradient
@@ -550,6 +579,8 @@ class _StepWalk:
         kept, aliased = pipeline
         others -= aliased  # saved inputs that are receive buffers: counted with the buffers
         head = self.forward_moments(label, others, accumulated)
+        if self.has_forward_scratch:
+            head += self.scratch_moments(label, others, accumulated)
         head += self.loss_moments(
             label, self.state.stored_activation_bytes + others, accumulated, kept
         )

@@ -151,6 +151,9 @@ def _parallelism(p: Fields, t: Fields) -> None:
     ):
         degree = p.integer(key)
         p.set(option, degree if degree and degree > 1 else None)
+    rotate = p.text("context_parallel_rotate_method")  # torchtitan passes it to
+    if rotate is not None:  # torch's set_rotate_method (dist_utils create_context_parallel_ctx)
+        p.set("cp_rotate", rotate)
     reshard = p.text("fsdp_reshard_after_forward")
     if reshard in ("always", "never"):
         p.set("fsdp_reshard", reshard == "always")

@@ -201,6 +201,12 @@ class Framework:
     fsdp_data_parallel: bool = False
     """Data parallelism is FSDP2 (``--dp`` is torchtitan's ``data_parallel_shard_degree``):
     ZeRO-3 whatever ``--zero`` says (which may only be 0 or 3)."""
+    torch_context_parallel: bool = True
+    """Its context parallelism is torch's ``context_parallel`` (``torch/distributed/tensor/
+    experimental/_context_parallel/_attention.py``: SDPA's fused kernels run as
+    ``_templated_ring_attention``), whose ring buffers ``graph/blocks/ring_attention.py``
+    counts; False: another implementation (Megatron's Transformer Engine ring attention,
+    whose buffers are not modelled)."""
     shards_over_cp: bool = False
     """FSDP shards the states over dp x cp (torchtitan ``ParallelDims``: ``fsdp = dp_shard *
     cp``), not over dp alone."""
@@ -240,6 +246,7 @@ FRAMEWORKS = {
         OptimizerImpl.te_fused_adam,
         GradientStore.main_grad_buffer,
         Workspaces.te_cublas,
+        torch_context_parallel=False,
     ),
     FrameworkName.reference: Framework(
         FrameworkName.reference, TensorParallel.dtensor, PipelineRuntime.torch, ModelCode.ours

@@ -148,6 +148,10 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         r=r,
         stat_dtype=DType.fp32 if (not cpu_kernels or r is DType.fp32) else r,
         pow_in_fp32=setup.precision.is_amp and not cpu_kernels,
+        cp=setup.parallel.cp,
+        cp_rotate=(
+            setup.parallel.cp_rotate if setup.framework_def.torch_context_parallel else None
+        ),
         tp=t,
         sp=setup.parallel.sequence_parallel,
         experts=moe.num_experts // setup.parallel.ep if moe else 0,
@@ -215,6 +219,8 @@ def lowering_key(spec: ModelSpec, setup: TrainingSetup, device: str) -> tuple[ob
         setup.megatron,
         setup.framework_def.layer_code,
         par.cp,
+        par.cp_rotate if par.cp > 1 else None,
+        setup.framework_def.torch_context_parallel,
         par.ep,
         par.etp,
         setup.moe_imbalance,

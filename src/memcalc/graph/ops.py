@@ -173,6 +173,11 @@ class Op:
     outputs: tuple[Saved, ...] = ()
     """What the op returns, where a policy keeps op outputs (op-level selective
     checkpointing caches them); empty for ops no such policy saves."""
+    forward_scratch: int = 0
+    """Bytes alive only while the op's forward runs, beyond what it saves (context
+    parallelism's ring buffers: ``graph/blocks/ring_attention.py``)."""
+    backward_scratch: int = 0
+    """Bytes alive only while its backward runs, beyond ``grad_bytes``."""
 
 
 def unique_saved(ops: tuple[Op, ...] | list[Op]) -> dict[str, Saved]:
@@ -302,6 +307,8 @@ class Block:
                 op.params,
                 op.recompute_freed,
                 op.work,
+                op.forward_scratch,
+                op.backward_scratch,
             )
             for op in self.ops
         )

@@ -98,11 +98,13 @@ class Scope:
         work: Gemm | AttentionWork | None = None,
         kernel: str = "",
         outputs: tuple[Saved, ...] = (),
+        scratch: tuple[int, int] = (0, 0),
     ) -> None:
         """Append an op; ``grads`` = bytes of its output gradient + its input gradients,
         ``params`` = elements of the weights whose gradients its backward writes, ``weights``
         = the parameter tensors it owns, ``work`` = the matmul or attention kernel it runs,
-        ``kernel`` / ``outputs`` what a save-list policy reads (``Op.kernel``, ``Op.outputs``)."""
+        ``kernel`` / ``outputs`` what a save-list policy reads (``Op.kernel``, ``Op.outputs``),
+        ``scratch`` its (forward, backward) transients (``Op.forward_scratch``, ...)."""
         self.ops.append(
             Op(
                 name,
@@ -117,6 +119,8 @@ class Scope:
                 work=work,
                 kernel=kernel,
                 outputs=outputs,
+                forward_scratch=scratch[0],
+                backward_scratch=scratch[1],
             )
         )
 
@@ -143,6 +147,11 @@ class Dims:
     stat_dtype: DType
     """LayerNorm statistics: fp32 on CUDA (and for fp32 inputs), the input dtype on CPU."""
     pow_in_fp32: bool = False
+    cp: int = 1
+    """Context-parallel ranks (``s`` is already this rank's seq / cp tokens)."""
+    cp_rotate: str | None = None
+    """torch ``context_parallel``'s rotate method when the framework's CP is torch's (its
+    ring buffers are counted as the attention kernel's scratch); None: not counted."""
     """CUDA autocast runs pow in fp32 (HF gelu_new)."""
     tp: int = 1
     """Tensor-parallel ranks (Megatron column -> row layout): heads, MLP width and vocabulary

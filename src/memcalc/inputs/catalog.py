@@ -30,7 +30,7 @@ from memcalc.spec.megatron import (
     TokenDispatcher,
     TransformerImpl,
 )
-from memcalc.spec.parallel import Parallelism
+from memcalc.spec.parallel import CP_ROTATE_METHODS, Parallelism
 from memcalc.spec.presets import DEFAULT_MODEL
 from memcalc.spec.training import (
     DEFAULT_MOE_IMBALANCE,
@@ -198,6 +198,10 @@ _LAYOUT_CLI = {
     "tp": {"help": "Tensor-parallel GPUs."},
     "pp": {"help": "Pipeline stages (1F1B)."},
     "cp": {"help": "Context-parallel GPUs."},
+    "cp_rotate": {
+        "help": "CP under torch's context_parallel: K/V rotation (set_rotate_method).",
+        "parse": choice(CP_ROTATE_METHODS),
+    },
     "ep": {"help": "Expert-parallel GPUs (MoE)."},
     "etp": {
         "help": "Expert tensor-parallel GPUs (Megatron --expert-tensor-parallel-size; default tp)."
@@ -221,7 +225,9 @@ def _layout_flag(f: dataclasses.Field[object]) -> Flag:
     cli: dict[str, object] = dict(_LAYOUT_CLI[f.name])
     spellings = cli.pop("spellings", ("--" + f.name.replace("_", "-"),))
     switch = cli.pop("switch", None)
-    if f.type in ("bool", bool):
+    if "parse" in cli:
+        parse = cli.pop("parse")
+    elif f.type in ("bool", bool):
         parse = boolean
     elif f.default is None:
         parse = optional_integer

@@ -36,6 +36,8 @@ def layout_record(setup: TrainingSetup) -> dict[str, Any]:
     out = {f.name: getattr(par, f.name) for f in dataclasses.fields(par)} | {"parallel_impl": impl}
     if out["etp"] is None:
         del out["etp"]
+    if par.cp == 1:  # the rotate method means nothing without context parallelism
+        del out["cp_rotate"]
     if setup.sharding_engine is not setup.framework_def.sharding:
         cfg = setup.deepspeed_config
         out["zero_engine"] = setup.sharding_engine.value

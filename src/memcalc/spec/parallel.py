@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 from memcalc.validate import FieldError, check, replace, spec_field
 
+CP_ROTATE_METHODS = ("allgather", "alltoall")
+"""torch ``_context_parallel/_attention.py`` ``set_rotate_method``'s values (``_RotateMethod``;
+``_ContextParallelOptions.rotate_method`` defaults to ALL_GATHER)."""
+
 MAX_RANKS = 10**7
 """Most GPUs a layout may have (beyond any cluster)."""
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -44,6 +48,11 @@ class Parallelism:
         default=1,
         ge=1,
         le=10**4,
+    )
+    cp_rotate: str = spec_field(
+        "Context parallelism under torch's ``context_parallel``: how the K/V shards go round "
+        "the ring (``set_rotate_method``): allgather (torch's default) or alltoall.",
+        default="allgather",
     )
     ep: int = spec_field(
         "Expert-parallel ranks (MoE): the routed experts split over ep of the data-parallel "
@@ -104,6 +113,8 @@ class Parallelism:
         check(self)
 
     def _check(self) -> None:
+        if self.cp_rotate not in CP_ROTATE_METHODS:
+            raise FieldError("cp_rotate", f"one of {', '.join(CP_ROTATE_METHODS)}")
         if self.vpp > 1 and self.pp == 1:
             raise FieldError("vpp", "interleaving needs pipeline parallelism (pp > 1)")
         if self.pp > 1 and self.microbatches < self.pp:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from memcalc.frameworks.features import Kernel, SdpaGqa
 from memcalc.graph.blocks.linear import linear
 from memcalc.graph.blocks.norms import norm
+from memcalc.graph.blocks.ring_attention import ring_scratch_of
 from memcalc.graph.ops import AttentionWork, Component, Gemm, Saved
 from memcalc.graph.scope import Dims, Scope, dropout, matmul_flops, tensor, unique
 from memcalc.spec.families.base import Implementation
@@ -184,6 +185,10 @@ def _fused_attention(
         work=AttentionWork(b * a, s, s, dims.d, dims.d, sc.autocast or p, True, window),
         kernel=kernel.value,
         outputs=(out, *stats),
+        # the kernel's inputs (autocast's 16-bit casts under amp) go round the ring
+        scratch=(0, 0)
+        if attention is Attention.flex
+        else ring_scratch_of(dims, *(sc.matmul_input(t, "sdpa") for t in (q, k, v))),
     )
     return out
 
