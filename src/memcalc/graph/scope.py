@@ -63,6 +63,10 @@ class Scope:
     """Frozen-base fine-tuning (LoRA): None trains every parameter."""
     linears: set[str] = field(default_factory=set)
     """Leaf names of the linears lowered here (to check LoRA targets against)."""
+    attribute_held: dict[str, Saved] = field(default_factory=dict)
+    """Inputs an autograd Function keeps as ctx attributes rather than saved tensors
+    (bitsandbytes' int8 matmuls, ``linear._int8_keeps``): held until its backward even inside a
+    checkpoint, which only replaces saved tensors."""
 
     def trainable(self, name: str) -> bool:
         """The parameter of op ``name`` has a gradient."""

@@ -124,3 +124,11 @@ def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
         if isinstance(scb, torch.Tensor):
             out.append(scb)
     return [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def keeps_ctx_attributes(model: nn.Module) -> bool:
+    """The model has layers whose autograd Function keeps its input as a ctx attribute,
+    invisible to saved-tensor hooks: bitsandbytes ``Linear8bitLt`` (``MatMul8bitFp.forward``
+    ``ctx.A = A`` on CPU, ``MatMul8bitLt.forward`` ``ctx.tensors = (CAt, subA, A)`` on CUDA,
+    ``bitsandbytes/autograd/_functions.py``)."""
+    return any(type(m).__name__ == "Linear8bitLt" for m in model.modules())

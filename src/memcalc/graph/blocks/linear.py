@@ -69,6 +69,9 @@ def linear(
             saved = [Saved(f"{x.name}.fp8", x.numel, DType.fp8)]
         else:
             saved = [sc.matmul_input(x, name)]
+    if quant == "int8" and x.needs_grad:
+        saved.append(x)  # the int8 Function keeps its input as a ctx attribute (_int8_keeps)
+        sc.attribute_held.setdefault(x.name, x)
     if sc.autocast is not None and quant is None:
         saved.append(Saved(f"{name}.{WEIGHT_CAST}", n_in * n_out, sc.autocast))
     weights: tuple[ParamTensor, ...] = ()
@@ -77,9 +80,8 @@ def linear(
         dtype = None if quant else sc.param_dtype(name)
         weights = (ParamTensor(f"{name}.weight", (n_out, n_in), kind, trainable, dtype, quant),)
         if bias:
-            weights += (
-                ParamTensor(f"{name}.bias", (n_out,), kind, trainable, sc.param_dtype(name)),
-            )
+            bias_dtype = _quantized_bias_dtype(x) if quant else sc.param_dtype(name)
+            weights += (ParamTensor(f"{name}.bias", (n_out,), kind, trainable, bias_dtype),)
     out = tensor(f"{name}.out", out_tokens, n_out, out_dtype)
     sc.add(
         name,
@@ -106,6 +108,33 @@ def linear(
     if not (x.needs_grad or trainable or adapted):
         return Saved(out.name, out.numel, out.dtype, needs_grad=False)
     return out
+
+
+def _int8_keeps() -> None:
+    """LLM.int8 keeps the layer input for backward as a ctx *attribute*, on both devices, so
+    saved-tensor hooks do not see it and a checkpoint does not drop it (``Scope.attribute_held``):
+
+    - CPU (what ``measure`` runs): ``bitsandbytes/autograd/_functions.py`` ``matmul`` routes a
+      training-mode ``Linear8bitLt`` (``state.is_training``) on a CPU/XPU tensor to
+      ``MatMul8bitFp``, whose ``forward`` sets ``ctx.A = A`` (the input as given) and
+      dequantizes the weight into a transient ``CB``.
+    - CUDA (the GPU estimate): ``MatMul8bitLt.forward`` sets ``ctx.tensors = (CAt, subA, A)``
+      when any of A, B needs grad: ``A`` is the input (reshaped to 2-D, the same storage);
+      ``CAt`` is None with a frozen int8 weight (``int8_vectorwise_quant`` fast path, B needs
+      no grad); ``subA`` (outlier columns) is None at ``threshold=0.0``, bitsandbytes'
+      ``Linear8bitLt`` default (transformers' ``llm_int8_threshold=6.0`` keeps a
+      data-dependent T x outliers fp16 slice more: not modelled).
+
+    A Function whose inputs need no grad records no node, so its ctx dies with the forward:
+    the input is kept only when it needs grad."""
+
+
+def _quantized_bias_dtype(x: Saved) -> DType:
+    """bitsandbytes casts a quantized linear's bias to its input's dtype in place on the first
+    forward (``bitsandbytes/nn/modules.py`` ``Linear4bit.forward``: ``bias.data =
+    bias.data.to(x.dtype)``; ``Linear8bitLt.forward`` likewise): the parameter is stored in
+    the activation dtype from then on, on every device."""
+    return x.dtype
 
 
 def _gemm_dtype(sc: Scope, comp: Component, x: Saved) -> DType:
