@@ -68,7 +68,7 @@ def decoder_block(
         feed_forward_out = feed_forward(normed("mlp_norm", x))
         sublayer_out("mlp_dropout", MLP, feed_forward_out)
         sc.add(names["mlp_residual"], MLP, [], 2 * T * h, "aten.add: saves nothing")
-        return Block(tuple(sc.ops), x, core, _param_numel(sc))
+        return _block(sc, x, core)
     attn_in = x if placement is NormPlacement.post else normed("attn_norm", x)
     attn_out, core = attend(sc, spec, impl, dims, attn_in, attention, layer_type)
     if placement is not NormPlacement.pre:
@@ -82,7 +82,12 @@ def decoder_block(
         mlp_out = normed("mlp_post_norm", mlp_out)
     sublayer_out("mlp_dropout", MLP, mlp_out)
     sc.add(names["mlp_residual"], MLP, [], T * h, "aten.add: saves nothing")
-    return Block(tuple(sc.ops), x, core, _param_numel(sc))
+    return _block(sc, x, core)
+
+
+def _block(sc: Scope, x: Saved, core: tuple[Saved, ...]) -> Block:
+    held = tuple(sc.attribute_held.values())
+    return Block(tuple(sc.ops), x, core, _param_numel(sc), attribute_held=held)
 
 
 def _param_numel(sc: Scope) -> int:
