@@ -29,6 +29,10 @@ class FineTune:
     """How frozen base linears are stored (a ``Quantize`` value; "none")."""
     upcast: bool
     """Non-quantized parameters are fp32 (PEFT prepare_model_for_kbit_training)."""
+    copied: frozenset[str] = frozenset()
+    """Leaf names of the PEFT ``modules_to_save``: trained as a copy beside the frozen original
+    (``peft/utils/other.py`` ``ModulesToSaveWrapper.update``: ``copy.deepcopy(
+    self.original_module)``, then ``self.original_module.requires_grad_(False)``)."""
 
     @staticmethod
     def leaf(name: str) -> str:
@@ -36,6 +40,10 @@ class FineTune:
 
     def trains(self, name: str) -> bool:
         return self.leaf(name) in self.trained
+
+    def keeps_original(self, name: str) -> bool:
+        """A frozen original of module ``name`` stays beside its trained copy."""
+        return self.leaf(name) in self.copied
 
     def adapts(self, name: str) -> bool:
         leaf = self.leaf(name)
@@ -75,6 +83,16 @@ class Scope:
     def param_dtype(self, name: str) -> DType | None:
         """Storage dtype of a non-quantized parameter when not the recipe's (k-bit upcast)."""
         return DType.fp32 if self.finetune is not None and self.finetune.upcast else None
+
+    def frozen_originals(self, name: str, weights: tuple[ParamTensor, ...]) -> tuple[ParamTensor, ...]:
+        """The frozen originals PEFT keeps of a ``modules_to_save`` module's ``weights``
+        (``FineTune.copied``): the same tensors again, without gradients; none otherwise."""
+        if self.finetune is None or not self.finetune.keeps_original(name):
+            return ()
+        return tuple(
+            ParamTensor(f"{w.name}.original", w.shape, w.component, False, w.dtype, w.quant)
+            for w in weights
+        )
 
     def share(self, t: Saved) -> None:
         """Record ``t`` as saved here but shared by all layers."""

@@ -49,7 +49,9 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
         lora_alpha=lora.alpha,
         target_modules=targets,
         lora_dropout=lora.dropout,
-        modules_to_save=sorted(ft.trained - {"embed_tokens", "lm_head"}) or None,
+        # as a user's script passes them: PEFT wraps each in a ModulesToSaveWrapper (a trained
+        # copy beside the frozen original), embed_tokens and lm_head included
+        modules_to_save=sorted(lora.modules_to_save) or None,
         bias="none",
     )
     try:
@@ -59,9 +61,9 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
     except ValueError as e:  # PEFT refuses the targets (missing, or half of a fused pair)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MemcalcError(f"--lora-targets: PEFT refuses {targets}: {first}") from None
-    if ft.trained & {"embed_tokens", "lm_head"}:
+    if lora.train_embeddings:  # trained in place (no copy)
         for name, p in wrapped.named_parameters():
-            if any(f"{m}." in name for m in ft.trained & {"embed_tokens", "lm_head"}):
+            if any(f"{m}." in name for m in ("embed_tokens", "lm_head")):
                 p.requires_grad_(True)
     return wrapped
 

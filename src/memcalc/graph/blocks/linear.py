@@ -82,6 +82,7 @@ def linear(
         if bias:
             bias_dtype = _quantized_bias_dtype(x) if quant else sc.param_dtype(name)
             weights += (ParamTensor(f"{name}.bias", (n_out,), kind, trainable, bias_dtype),)
+        weights += sc.frozen_originals(name, weights)
     out = tensor(f"{name}.out", out_tokens, n_out, out_dtype)
     sc.add(
         name,
