@@ -84,7 +84,9 @@ class Scope:
         """Storage dtype of a non-quantized parameter when not the recipe's (k-bit upcast)."""
         return DType.fp32 if self.finetune is not None and self.finetune.upcast else None
 
-    def frozen_originals(self, name: str, weights: tuple[ParamTensor, ...]) -> tuple[ParamTensor, ...]:
+    def frozen_originals(
+        self, name: str, weights: tuple[ParamTensor, ...]
+    ) -> tuple[ParamTensor, ...]:
         """The frozen originals PEFT keeps of a ``modules_to_save`` module's ``weights``
         (``FineTune.copied``): the same tensors again, without gradients; none otherwise."""
         if self.finetune is None or not self.finetune.keeps_original(name):
@@ -248,6 +250,10 @@ def dropout(
     """
     if p <= 0:
         return x
+    if not x.needs_grad:
+        # F.dropout of a tensor that needs no grad records no node: no mask is saved
+        sc.add(name, comp, [], 2 * x.numel, "aten.native_dropout (no grad): saves nothing", core)
+        return Saved(keep_output_name or f"{name}.out", x.numel, x.dtype, needs_grad=False)
     sc.add(
         name,
         comp,

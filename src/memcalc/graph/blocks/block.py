@@ -73,9 +73,11 @@ def decoder_block(
     attn_out, core = attend(sc, spec, impl, dims, attn_in, attention, layer_type)
     if placement is not NormPlacement.pre:
         attn_out = normed("attn_post_norm", attn_out)
-    sublayer_out("attn_dropout", ATTN, attn_out)
+    attn_out = sublayer_out("attn_dropout", ATTN, attn_out)
     sc.add(names["attn_residual"], ATTN, [], T * h, "aten.add: saves nothing")
-    resid = tensor("resid_mid", T, h, dims.r)
+    # the sum needs grad when either addend does (a frozen base's first layer with nothing
+    # trained in or above its attention: neither does)
+    resid = Saved("resid_mid", T * h, dims.r, needs_grad=x.needs_grad or attn_out.needs_grad)
     mlp_in = resid if placement is NormPlacement.post else normed("mlp_norm", resid)
     mlp_out = feed_forward(mlp_in)
     if placement is not NormPlacement.pre:
