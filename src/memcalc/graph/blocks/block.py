@@ -8,7 +8,7 @@ from memcalc.graph.blocks.mla import mla_attention
 from memcalc.graph.blocks.mlp import mlp
 from memcalc.graph.blocks.norms import norm
 from memcalc.graph.ops import Block, Component, Saved
-from memcalc.graph.scope import Dims, Scope, dropout, tensor
+from memcalc.graph.scope import Dims, Scope, dropout
 from memcalc.spec.families.base import Implementation
 from memcalc.spec.model import LayerType, ModelSpec, NormPlacement
 from memcalc.spec.training import Attention
