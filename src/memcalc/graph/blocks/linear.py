@@ -83,6 +83,11 @@ def linear(
             bias_dtype = _quantized_bias_dtype(x) if quant else sc.param_dtype(name)
             weights += (ParamTensor(f"{name}.bias", (n_out,), kind, trainable, bias_dtype),)
         weights += sc.frozen_originals(name, weights)
+    elif ft is not None and ft.keeps_original(name):
+        # a tied head in modules_to_save: PEFT's trained copy is copy.deepcopy of the module,
+        # a weight of its own (the frozen original stays tied to the embedding)
+        kind = PARAM_COMPONENT[comp]
+        weights = (ParamTensor(f"{name}.weight", (n_out, n_in), kind, True, sc.param_dtype(name)),)
     out = tensor(f"{name}.out", out_tokens, n_out, out_dtype)
     sc.add(
         name,
