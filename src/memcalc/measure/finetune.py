@@ -125,6 +125,12 @@ def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
         scb = getattr(p, "SCB", None)
         if isinstance(scb, torch.Tensor):
             out.append(scb)
+    for m in model.modules():
+        # Linear8bitLt.init_8bit_state (first forward) moves the weight's SCB to the module's
+        # MatmulLtState and sets weight.SCB = None (bitsandbytes/nn/modules.py)
+        scb = getattr(getattr(m, "state", None), "SCB", None)
+        if type(m).__name__ == "Linear8bitLt" and isinstance(scb, torch.Tensor):
+            out.append(scb)
     return [t for t in out if isinstance(t, torch.Tensor)]
 
 
