@@ -80,7 +80,7 @@ def linear(
         dtype = None if quant else sc.param_dtype(name)
         weights = (ParamTensor(f"{name}.weight", (n_out, n_in), kind, trainable, dtype, quant),)
         if bias:
-            bias_dtype = _quantized_bias_dtype(x) if quant else sc.param_dtype(name)
+            bias_dtype = _quantized_bias_dtype(quant, x) if quant else sc.param_dtype(name)
             weights += (ParamTensor(f"{name}.bias", (n_out,), kind, trainable, bias_dtype),)
         weights += sc.frozen_originals(name, weights)
     elif ft is not None and ft.keeps_original(name):
@@ -135,12 +135,16 @@ def _int8_keeps() -> None:
     the input is kept only when it needs grad."""
 
 
-def _quantized_bias_dtype(x: Saved) -> DType:
-    """bitsandbytes casts a quantized linear's bias to its input's dtype in place on the first
-    forward (``bitsandbytes/nn/modules.py`` ``Linear4bit.forward``: ``bias.data =
-    bias.data.to(x.dtype)``; ``Linear8bitLt.forward`` likewise): the parameter is stored in
-    the activation dtype from then on, on every device."""
-    return x.dtype
+def _quantized_bias_dtype(quant: str, x: Saved) -> DType | None:
+    """bitsandbytes casts a quantized linear's bias in place on the first forward, so it is
+    stored in that dtype from then on (``bitsandbytes/nn/modules.py``), on every device:
+
+    - ``Linear4bit.forward`` first casts the input to ``compute_dtype``, then ``bias.data =
+      bias.data.to(x.dtype)``: the compute dtype, which ``measure`` (and memcalc's model)
+      sets to the base weight dtype (None here: the recipe's weight dtype);
+    - ``Linear8bitLt.forward``: ``self.bias.data = self.bias.data.to(x.dtype)`` on the input
+      as it arrives (fp32 after PEFT's k-bit preparation)."""
+    return x.dtype if quant == "int8" else None
 
 
 def _gemm_dtype(sc: Scope, comp: Component, x: Saved) -> DType:
