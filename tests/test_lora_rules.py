@@ -133,9 +133,7 @@ FAST = {"opt-mlp-only"}
 
 
 def _measured_cases() -> list[object]:
-    return [
-        pytest.param(k, id=k, marks=() if k in FAST else (pytest.mark.slow,)) for k in MEASURED
-    ]
+    return [pytest.param(k, id=k, marks=() if k in FAST else (pytest.mark.slow,)) for k in MEASURED]
 
 
 @pytest.mark.parametrize("case", _measured_cases())
