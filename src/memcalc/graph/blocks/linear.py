@@ -72,7 +72,8 @@ def linear(
     if quant == "int8" and x.needs_grad:
         saved.append(x)  # the int8 Function keeps its input as a ctx attribute (_int8_keeps)
         sc.attribute_held.setdefault(x.name, x)
-    if sc.autocast is not None and quant is None:
+    if sc.autocast is not None and quant is None and (x.needs_grad or trainable):
+        # (a linear none of whose inputs needs grad records no node: nothing is saved)
         saved.append(Saved(f"{name}.{WEIGHT_CAST}", n_in * n_out, sc.autocast))
     weights: tuple[ParamTensor, ...] = ()
     if owns_weight:
@@ -190,10 +191,19 @@ def _lora(
             grads=2 * inp.nbytes,
         )
         inp = Saved(f"{name}.lora_dropout.out", inp.numel, dtype)
+    # under torch.autocast lora_A / lora_B are lower-precision linears too (autocast_mode.cpp):
+    # each saves a 16-bit cast of an fp32 input and the cached 16-bit cast of its weight
+    # (cached: a leaf that requires grad), and returns 16 bits
+    cast = sc.autocast
+    a_saves = [sc.matmul_input(inp, f"{name}.lora_A")]
+    b_saves = [Saved(f"{name}.lora_A.out", tokens * r, cast or dtype)]
+    if cast is not None:
+        a_saves.append(Saved(f"{name}.lora_A.{WEIGHT_CAST}", r * n_in, cast))
+        b_saves.append(Saved(f"{name}.lora_B.{WEIGHT_CAST}", n_out * r, cast))
     sc.add(
         f"{name}.lora_A",
         comp,
-        [inp],
+        a_saves,
         matmul_flops(tokens, n_in, r),
         "peft lora_A (nn.Linear): saves its input",
         grads=tokens * (n_in + r) * dtype.itemsize,
@@ -204,7 +214,7 @@ def _lora(
     sc.add(
         f"{name}.lora_B",
         comp,
-        [Saved(f"{name}.lora_A.out", tokens * r, dtype)],
+        b_saves,
         matmul_flops(tokens, r, n_out),
         "peft lora_B (nn.Linear): saves the r-wide lora_A output",
         grads=tokens * (r + n_out) * dtype.itemsize,
