@@ -40,7 +40,8 @@ TINY = "tests/data/hf/tiny"
 
 def _setup(**kw: object) -> TrainingSetup:
     kw.setdefault("lora", LoraSpec(rank=8))
-    return TrainingSetup(batch=2, seq=32, precision="bf16", dropout=0.0, **kw)  # type: ignore[arg-type]
+    kw.setdefault("precision", "bf16")
+    return TrainingSetup(batch=2, seq=32, dropout=0.0, **kw)  # type: ignore[arg-type]
 
 
 def test_int8_keeps_every_quantized_linears_input_through_a_checkpoint():
@@ -125,6 +126,11 @@ MEASURED = {
         None,
     ),
     "opt-mlp-only": ("opt", {"lora": LoraSpec(rank=8, targets=("fc1", "fc2"))}, None),
+    "amp-mlp-only": (
+        "qwen3",
+        {"precision": "amp-bf16", "lora": LoraSpec(rank=8, targets=("gate_proj", "up_proj"))},
+        None,
+    ),
     "nf4-no-checkpoint": ("mistral", {"quantize": "nf4"}, Recompute.none),
     "nf4-full": ("mistral", {"quantize": "nf4"}, Recompute.full),
 }
