@@ -63,6 +63,9 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
         raise MemcalcError(f"--lora-targets: PEFT refuses {targets}: {first}") from None
     if lora.train_embeddings:  # trained in place (no copy)
         for name, p in wrapped.named_parameters():
+            # (of a module also in modules_to_save, PEFT's frozen original stays frozen)
+            if "original_module" in name:
+                continue
             if any(f"{m}." in name for m in ("embed_tokens", "lm_head")):
                 p.requires_grad_(True)
     return wrapped
