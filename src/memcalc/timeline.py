@@ -700,7 +700,8 @@ def checkpoint_held(graph: OpGraph, plan: ActivationPlan, i: int) -> int:
     blk = graph.block(start)
     if blk.input.name not in {st.name for op in blk.ops for st in op.saves}:
         out += blk.input.nbytes
-    return out
+    # the forward's ctx attributes (bitsandbytes' int8 inputs) beside the replay's own copies
+    return out + graph.block(i).checkpoint_bytes - graph.block(i).input.nbytes
 
 
 def _span_starts(graph: OpGraph, plan: ActivationPlan) -> set[int]:

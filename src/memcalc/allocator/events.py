@@ -210,7 +210,10 @@ def _kept(blk: Block, role: _Role, i: int) -> dict[str, Saved]:
         kept = {n: s for n, s in saves.items() if n not in core}
         kept.update({t.name: t for t in blk.core_inputs if t.name not in saves})
         return kept
-    return {blk.input.name: blk.input} if i == role.start else {}
+    kept = {blk.input.name: blk.input} if i == role.start else {}
+    # ctx attributes (bitsandbytes' int8 inputs) outlive the checkpoint (Block.attribute_held)
+    kept.update({t.name: t for t in blk.attribute_held})
+    return kept
 
 
 def _weight_casts(blk: Block) -> list[Saved]:

@@ -107,6 +107,7 @@ def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> 
         trained=frozenset(trained),
         quantize=setup.quantize.value,
         upcast=setup.prepared_for_kbit,
+        copied=frozenset(lora.modules_to_save),
     )
 
 
@@ -278,7 +279,10 @@ def lower_hf(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> OpG
     dims = dims_of(spec, setup, device)
     ft = finetune_of(spec, setup, impl)
     # the first layer is a kind of its own when its input needs no gradient
-    first_grad = setup.embedding_output_requires_grad
+    first_grad = setup.embedding_output_requires_grad or (
+        # a trained embedding (modules_to_save) has an output that requires grad
+        ft is not None and ft.trains(impl.names["embed_tokens"])
+    )
 
     # a layer kind: (its type, whether its input needs a gradient)
     kinds_of = [(t, True) for t in (*spec.first_layers, *spec.layer_pattern)]

@@ -225,9 +225,20 @@ class Block:
     saved them (Megatron ``CheckpointWithoutOutput``: the module's output, rebuilt in
     backward): selective recompute drops them too."""
 
+    attribute_held: tuple[Saved, ...] = ()
+    """Storages autograd Functions keep as ctx attributes (bitsandbytes' int8 matmul inputs,
+    ``Scope.attribute_held``): a checkpoint keeps them beside the block input."""
+
     @cached_property
     def saved_bytes(self) -> int:
         return saved_bytes(self.ops)
+
+    @cached_property
+    def checkpoint_bytes(self) -> int:
+        """What the block holds from forward to backward when it is recomputed in full: its
+        input and what its Functions keep as ctx attributes."""
+        held = {t.name: t for t in self.attribute_held if t.name != self.input.name}
+        return self.input.nbytes + sum(t.nbytes for t in held.values())
 
     @cached_property
     def flops(self) -> int:

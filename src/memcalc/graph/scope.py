@@ -29,6 +29,10 @@ class FineTune:
     """How frozen base linears are stored (a ``Quantize`` value; "none")."""
     upcast: bool
     """Non-quantized parameters are fp32 (PEFT prepare_model_for_kbit_training)."""
+    copied: frozenset[str] = frozenset()
+    """Leaf names of the PEFT ``modules_to_save``: trained as a copy beside the frozen original
+    (``peft/utils/other.py`` ``ModulesToSaveWrapper.update``: ``copy.deepcopy(
+    self.original_module)``, then ``self.original_module.requires_grad_(False)``)."""
 
     @staticmethod
     def leaf(name: str) -> str:
@@ -36,6 +40,10 @@ class FineTune:
 
     def trains(self, name: str) -> bool:
         return self.leaf(name) in self.trained
+
+    def keeps_original(self, name: str) -> bool:
+        """A frozen original of module ``name`` stays beside its trained copy."""
+        return self.leaf(name) in self.copied
 
     def adapts(self, name: str) -> bool:
         leaf = self.leaf(name)
@@ -63,6 +71,10 @@ class Scope:
     """Frozen-base fine-tuning (LoRA): None trains every parameter."""
     linears: set[str] = field(default_factory=set)
     """Leaf names of the linears lowered here (to check LoRA targets against)."""
+    attribute_held: dict[str, Saved] = field(default_factory=dict)
+    """Inputs an autograd Function keeps as ctx attributes rather than saved tensors
+    (bitsandbytes' int8 matmuls, ``linear._int8_keeps``): held until its backward even inside a
+    checkpoint, which only replaces saved tensors."""
 
     def trainable(self, name: str) -> bool:
         """The parameter of op ``name`` has a gradient."""
@@ -71,6 +83,18 @@ class Scope:
     def param_dtype(self, name: str) -> DType | None:
         """Storage dtype of a non-quantized parameter when not the recipe's (k-bit upcast)."""
         return DType.fp32 if self.finetune is not None and self.finetune.upcast else None
+
+    def frozen_originals(
+        self, name: str, weights: tuple[ParamTensor, ...]
+    ) -> tuple[ParamTensor, ...]:
+        """The frozen originals PEFT keeps of a ``modules_to_save`` module's ``weights``
+        (``FineTune.copied``): the same tensors again, without gradients; none otherwise."""
+        if self.finetune is None or not self.finetune.keeps_original(name):
+            return ()
+        return tuple(
+            ParamTensor(f"{w.name}.original", w.shape, w.component, False, w.dtype, w.quant)
+            for w in weights
+        )
 
     def share(self, t: Saved) -> None:
         """Record ``t`` as saved here but shared by all layers."""
@@ -235,6 +259,10 @@ def dropout(
     """
     if p <= 0:
         return x
+    if not x.needs_grad:
+        # F.dropout of a tensor that needs no grad records no node: no mask is saved
+        sc.add(name, comp, [], 2 * x.numel, "aten.native_dropout (no grad): saves nothing", core)
+        return Saved(keep_output_name or f"{name}.out", x.numel, x.dtype, needs_grad=False)
     sc.add(
         name,
         comp,

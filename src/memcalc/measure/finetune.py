@@ -49,7 +49,9 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
         lora_alpha=lora.alpha,
         target_modules=targets,
         lora_dropout=lora.dropout,
-        modules_to_save=sorted(ft.trained - {"embed_tokens", "lm_head"}) or None,
+        # as a user's script passes them: PEFT wraps each in a ModulesToSaveWrapper (a trained
+        # copy beside the frozen original), embed_tokens and lm_head included
+        modules_to_save=sorted(lora.modules_to_save) or None,
         bias="none",
     )
     try:
@@ -59,9 +61,12 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
     except ValueError as e:  # PEFT refuses the targets (missing, or half of a fused pair)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MemcalcError(f"--lora-targets: PEFT refuses {targets}: {first}") from None
-    if ft.trained & {"embed_tokens", "lm_head"}:
+    if lora.train_embeddings:  # trained in place (no copy)
         for name, p in wrapped.named_parameters():
-            if any(f"{m}." in name for m in ft.trained & {"embed_tokens", "lm_head"}):
+            # (of a module also in modules_to_save, PEFT's frozen original stays frozen)
+            if "original_module" in name:
+                continue
+            if any(f"{m}." in name for m in ("embed_tokens", "lm_head")):
                 p.requires_grad_(True)
     return wrapped
 
@@ -123,4 +128,18 @@ def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:
         scb = getattr(p, "SCB", None)
         if isinstance(scb, torch.Tensor):
             out.append(scb)
+    for m in model.modules():
+        # Linear8bitLt.init_8bit_state (first forward) moves the weight's SCB to the module's
+        # MatmulLtState and sets weight.SCB = None (bitsandbytes/nn/modules.py)
+        scb = getattr(getattr(m, "state", None), "SCB", None)
+        if type(m).__name__ == "Linear8bitLt" and isinstance(scb, torch.Tensor):
+            out.append(scb)
     return [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def keeps_ctx_attributes(model: nn.Module) -> bool:
+    """The model has layers whose autograd Function keeps its input as a ctx attribute,
+    invisible to saved-tensor hooks: bitsandbytes ``Linear8bitLt`` (``MatMul8bitFp.forward``
+    ``ctx.A = A`` on CPU, ``MatMul8bitLt.forward`` ``ctx.tensors = (CAt, subA, A)`` on CUDA,
+    ``bitsandbytes/autograd/_functions.py``)."""
+    return any(type(m).__name__ == "Linear8bitLt" for m in model.modules())

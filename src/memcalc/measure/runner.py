@@ -243,6 +243,10 @@ def measure(
         raise MemcalcError("--lora-rank: LoRA is measured on the HF model: --framework hf")
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
+    from memcalc.spec.finetune import with_kbit_input_grads
+
+    # as a user's script: prepare_model_for_kbit_training(use_gradient_checkpointing=...)
+    setup = with_kbit_input_grads(setup, recompute is not Recompute.none)
     what = check_offload(offload)
     say = progress or (lambda _msg: None)
     notes = device_notes(spec, setup, dev)
@@ -408,7 +412,7 @@ def _measure_cpu(
         _one_step(trainer, ids, phase, lambda *_: None, lambda p, at=label: say(f"{at}: {p}"))
     params = trainer.params
     device = params[0].device
-    from memcalc.measure.finetune import quant_state_tensors
+    from memcalc.measure.finetune import keeps_ctx_attributes, quant_state_tensors
 
     weights = list(model.parameters()) + quant_state_tensors(model)
     recorder = SavedTensorRecorder.for_module(model)
@@ -441,7 +445,10 @@ def _measure_cpu(
         tracker.reset_peak()
         _one_step(trainer, ids, phase, on, lambda p: say(f"measured step: {p}"))
     held = marks["after_forward"] - marks["before_forward"] - loss_bytes[0]
-    acts = recorder.total_bytes if recompute is Recompute.none else held
+    # saved-tensor hooks miss what a Function keeps as a ctx attribute (bitsandbytes' int8
+    # matmuls): count the live bytes then
+    hooks_see_all = not keeps_ctx_attributes(model)
+    acts = recorder.total_bytes if recompute is Recompute.none and hooks_see_all else held
     return {
         "parameter_bytes": _unique_bytes(weights),
         "gradient_bytes": _unique_bytes(grads),

@@ -300,7 +300,7 @@ def every_k(graph: OpGraph, k: int) -> ActivationPlan:
     stack = Segments(
         graph.layout,
         k,
-        tuple(b.input.nbytes for b in graph.kinds),
+        tuple(b.checkpoint_bytes for b in graph.kinds),
         tuple(b.saved_bytes for b in graph.kinds),
         _extra(graph),
     )
@@ -309,7 +309,9 @@ def every_k(graph: OpGraph, k: int) -> ActivationPlan:
     rebuild = max(
         layout.prefix_sum(stack.saved, first + length)
         - layout.prefix_sum(stack.saved, first)
-        - stack.inputs[layout.kind_at(first)]
+        # the replay makes its own copies of what ctx attributes held (Block.attribute_held):
+        # only the checkpoint's input is not made again
+        - graph.kinds[layout.kind_at(first)].input.nbytes
         for first, _, _, length in stack.segments()
     )
     comp = _merge(_outside_blocks(graph), {Component.checkpoint: inputs + stack.extra})
@@ -355,7 +357,7 @@ def first_k(graph: OpGraph, k: int) -> ActivationPlan:
             }
         )
     roles = sorted(role_index, key=role_index.__getitem__)
-    stored = {Recompute.none: lambda b: b.saved_bytes, Recompute.full: lambda b: b.input.nbytes}
+    stored = {Recompute.none: lambda b: b.saved_bytes, Recompute.full: lambda b: b.checkpoint_bytes}
     stack = Roles(
         split.relabel(tables),
         tuple(kd for kd, _ in roles),
@@ -367,13 +369,13 @@ def first_k(graph: OpGraph, k: int) -> ActivationPlan:
     full_counts = [layout.occurrences_before(kd, k) for kd in range(len(graph.kinds))]
     for kd, blk in enumerate(graph.kinds):
         count = graph.kind_counts[kd]
-        comp = _merge(comp, {Component.checkpoint: blk.input.nbytes}, full_counts[kd])
+        comp = _merge(comp, {Component.checkpoint: blk.checkpoint_bytes}, full_counts[kd])
         comp = _merge(comp, blk.bytes_by_component(), count - full_counts[kd])
     if k:
         comp = _merge(comp, {Component.checkpoint: stack.extra})
     rebuild = max(
         (
-            b.saved_bytes - b.input.nbytes
+            b.saved_bytes - b.checkpoint_bytes
             for b, c in zip(graph.kinds, full_counts, strict=True)
             if c
         ),
@@ -431,7 +433,7 @@ def _options(blk: Block) -> list[_Option]:
     out = [_Option(Recompute.none, blk.saved_bytes, 0)]
     if blk.core_only_bytes:
         out.append(_Option(Recompute.selective, blk.selective_saved_bytes, blk.core_flops))
-    out.append(_Option(Recompute.full, blk.input.nbytes, blk.flops))
+    out.append(_Option(Recompute.full, blk.checkpoint_bytes, blk.flops))
     return out
 
 
@@ -544,7 +546,7 @@ def budget(graph: OpGraph, budget_bytes: int) -> ActivationPlan:
         feasible = [st for st in frontier if st.stored + (extra if st.checkpointed else 0) <= cap]
         chosen = min(feasible, key=lambda st: (st.flops, st.stored)) if feasible else None
     if chosen is None:
-        floor = fixed + graph.over_layers(lambda b: b.input.nbytes) + extra
+        floor = fixed + graph.over_layers(lambda b: b.checkpoint_bytes) + extra
         raise MemcalcError(
             f"--budget: {budget_bytes} bytes is below what any recompute plan needs "
             f"({floor} bytes: block inputs plus the tensors saved outside the blocks)"
@@ -584,7 +586,7 @@ def _budget_plan(graph: OpGraph, chosen: _State, extra: int) -> ActivationPlan:
     stored_of = {
         Recompute.none: lambda b: b.saved_bytes,
         Recompute.selective: lambda b: b.selective_saved_bytes,
-        Recompute.full: lambda b: b.input.nbytes,
+        Recompute.full: lambda b: b.checkpoint_bytes,
     }
     stack = Roles(
         split.relabel(tables),
@@ -598,12 +600,12 @@ def _budget_plan(graph: OpGraph, chosen: _State, extra: int) -> ActivationPlan:
     for kind, (n_full, n_sel) in enumerate(chosen.splits):
         blk, count = graph.kinds[kind], graph.kind_counts[kind]
         n_none = count - n_full - n_sel
-        comp = _merge(comp, {Component.checkpoint: blk.input.nbytes}, n_full)
+        comp = _merge(comp, {Component.checkpoint: blk.checkpoint_bytes}, n_full)
         comp = _merge(comp, blk.selective_bytes_by_component(), n_sel)
         comp = _merge(comp, blk.bytes_by_component(), n_none)
         rebuild = max(
             rebuild,
-            blk.saved_bytes - blk.input.nbytes if n_full else 0,
+            blk.saved_bytes - blk.checkpoint_bytes if n_full else 0,
             blk.core_only_bytes if n_sel else 0,
         )
     if chosen.checkpointed:

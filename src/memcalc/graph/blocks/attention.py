@@ -56,6 +56,8 @@ def attention_core(
     """
     b, s, a, T = dims.b, dims.s, dims.a, dims.T
     scores = b * a * s * s
+    if not (q.needs_grad or k.needs_grad or v.needs_grad):
+        return _core_without_grad(sc, dims, prefix)
     qk_flops = matmul_flops(b * a * s, dims.d, s)
     p = dims.p.itemsize
     # the eager core's two batched matmuls, b*a of them each (the causal mask is added to
@@ -131,6 +133,24 @@ def attention_core(
     if dims.cpu_dropout_sdpa and dropout_p > 0:
         return _cpu_math_sdpa(sc, dims, q, k, v, dropout_p, prefix=prefix)
     return _fused_attention(sc, dims, q, k, v, attention, prefix=prefix, mask=mask, window=window)
+
+
+def _core_without_grad(sc: Scope, dims: Dims, prefix: str) -> Saved:
+    """The attention core of a layer whose q, k and v all need no grad (a frozen base's first
+    layer with no trained module above its attention: MLP-only LoRA targets, no input
+    grads): autograd records no node for an op none of whose inputs requires grad
+    (``torch/csrc/autograd/function.h`` ``compute_requires_grad``; ``collect_next_edges``), so
+    neither the kernel nor the eager matmuls and softmax save anything, and the merged output
+    needs no grad either."""
+    b, s, a, T = dims.b, dims.s, dims.a, dims.T
+    sc.add(
+        f"{prefix}.core_no_grad",
+        ATTN,
+        [],
+        2 * matmul_flops(b * a * s, dims.d, s) + 5 * b * a * s * s,
+        "attention on q, k, v that need no grad: no autograd node, nothing saved",
+    )
+    return Saved(f"{prefix}.merged", T * dims.q, dims.p, needs_grad=False)
 
 
 def _fused_attention(

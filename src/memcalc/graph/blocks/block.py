@@ -8,7 +8,7 @@ from memcalc.graph.blocks.mla import mla_attention
 from memcalc.graph.blocks.mlp import mlp
 from memcalc.graph.blocks.norms import norm
 from memcalc.graph.ops import Block, Component, Saved
-from memcalc.graph.scope import Dims, Scope, dropout, tensor
+from memcalc.graph.scope import Dims, Scope, dropout
 from memcalc.spec.families.base import Implementation
 from memcalc.spec.model import LayerType, ModelSpec, NormPlacement
 from memcalc.spec.training import Attention
@@ -68,21 +68,28 @@ def decoder_block(
         feed_forward_out = feed_forward(normed("mlp_norm", x))
         sublayer_out("mlp_dropout", MLP, feed_forward_out)
         sc.add(names["mlp_residual"], MLP, [], 2 * T * h, "aten.add: saves nothing")
-        return Block(tuple(sc.ops), x, core, _param_numel(sc))
+        return _block(sc, x, core)
     attn_in = x if placement is NormPlacement.post else normed("attn_norm", x)
     attn_out, core = attend(sc, spec, impl, dims, attn_in, attention, layer_type)
     if placement is not NormPlacement.pre:
         attn_out = normed("attn_post_norm", attn_out)
-    sublayer_out("attn_dropout", ATTN, attn_out)
+    attn_out = sublayer_out("attn_dropout", ATTN, attn_out)
     sc.add(names["attn_residual"], ATTN, [], T * h, "aten.add: saves nothing")
-    resid = tensor("resid_mid", T, h, dims.r)
+    # the sum needs grad when either addend does (a frozen base's first layer with nothing
+    # trained in or above its attention: neither does)
+    resid = Saved("resid_mid", T * h, dims.r, needs_grad=x.needs_grad or attn_out.needs_grad)
     mlp_in = resid if placement is NormPlacement.post else normed("mlp_norm", resid)
     mlp_out = feed_forward(mlp_in)
     if placement is not NormPlacement.pre:
         mlp_out = normed("mlp_post_norm", mlp_out)
     sublayer_out("mlp_dropout", MLP, mlp_out)
     sc.add(names["mlp_residual"], MLP, [], T * h, "aten.add: saves nothing")
-    return Block(tuple(sc.ops), x, core, _param_numel(sc))
+    return _block(sc, x, core)
+
+
+def _block(sc: Scope, x: Saved, core: tuple[Saved, ...]) -> Block:
+    held = tuple(sc.attribute_held.values())
+    return Block(tuple(sc.ops), x, core, _param_numel(sc), attribute_held=held)
 
 
 def _param_numel(sc: Scope) -> int:

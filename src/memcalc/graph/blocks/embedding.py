@@ -31,6 +31,9 @@ def embeddings(
         )
         return trainable, weight
 
+    def weights_of(name: str, weight: ParamTensor) -> tuple[ParamTensor, ...]:
+        return (weight, *sc.frozen_originals(name, (weight,)))
+
     trainable, weight = table(names["embed_tokens"], dims.V)
     sc.add(
         names["embed_tokens"],
@@ -38,7 +41,7 @@ def embeddings(
         [Saved("input_ids", T, DType.int64)] if trainable else [],
         0,
         "aten.embedding: saves indices",
-        weights=(weight,),
+        weights=weights_of(names["embed_tokens"], weight),
     )
     if spec.positions is Positions.learned:
         trainable, weight = table(
@@ -58,7 +61,7 @@ def embeddings(
             else [],
             T * h,
             "aten.embedding: saves indices (position_ids of shape 1 x s, or b x s)",
-            weights=(weight,),
+            weights=weights_of(names["embed_positions"], weight),
         )
     x = tensor("embed.out", dims.T_rep, h, dims.r)
     if spec.embedding_scale:

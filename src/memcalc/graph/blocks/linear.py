@@ -69,7 +69,11 @@ def linear(
             saved = [Saved(f"{x.name}.fp8", x.numel, DType.fp8)]
         else:
             saved = [sc.matmul_input(x, name)]
-    if sc.autocast is not None and quant is None:
+    if quant == "int8" and x.needs_grad:
+        saved.append(x)  # the int8 Function keeps its input as a ctx attribute (_int8_keeps)
+        sc.attribute_held.setdefault(x.name, x)
+    if sc.autocast is not None and quant is None and (x.needs_grad or trainable):
+        # (a linear none of whose inputs needs grad records no node: nothing is saved)
         saved.append(Saved(f"{name}.{WEIGHT_CAST}", n_in * n_out, sc.autocast))
     weights: tuple[ParamTensor, ...] = ()
     if owns_weight:
@@ -77,9 +81,14 @@ def linear(
         dtype = None if quant else sc.param_dtype(name)
         weights = (ParamTensor(f"{name}.weight", (n_out, n_in), kind, trainable, dtype, quant),)
         if bias:
-            weights += (
-                ParamTensor(f"{name}.bias", (n_out,), kind, trainable, sc.param_dtype(name)),
-            )
+            bias_dtype = _quantized_bias_dtype(quant, x) if quant else sc.param_dtype(name)
+            weights += (ParamTensor(f"{name}.bias", (n_out,), kind, trainable, bias_dtype),)
+        weights += sc.frozen_originals(name, weights)
+    elif ft is not None and ft.keeps_original(name):
+        # a tied head in modules_to_save: PEFT's trained copy is copy.deepcopy of the module,
+        # a weight of its own (the frozen original stays tied to the embedding)
+        kind = PARAM_COMPONENT[comp]
+        weights = (ParamTensor(f"{name}.weight", (n_out, n_in), kind, True, sc.param_dtype(name)),)
     out = tensor(f"{name}.out", out_tokens, n_out, out_dtype)
     sc.add(
         name,
@@ -106,6 +115,37 @@ def linear(
     if not (x.needs_grad or trainable or adapted):
         return Saved(out.name, out.numel, out.dtype, needs_grad=False)
     return out
+
+
+def _int8_keeps() -> None:
+    """LLM.int8 keeps the layer input for backward as a ctx *attribute*, on both devices, so
+    saved-tensor hooks do not see it and a checkpoint does not drop it (``Scope.attribute_held``):
+
+    - CPU (what ``measure`` runs): ``bitsandbytes/autograd/_functions.py`` ``matmul`` routes a
+      training-mode ``Linear8bitLt`` (``state.is_training``) on a CPU/XPU tensor to
+      ``MatMul8bitFp``, whose ``forward`` sets ``ctx.A = A`` (the input as given) and
+      dequantizes the weight into a transient ``CB``.
+    - CUDA (the GPU estimate): ``MatMul8bitLt.forward`` sets ``ctx.tensors = (CAt, subA, A)``
+      when any of A, B needs grad: ``A`` is the input (reshaped to 2-D, the same storage);
+      ``CAt`` is None with a frozen int8 weight (``int8_vectorwise_quant`` fast path, B needs
+      no grad); ``subA`` (outlier columns) is None at ``threshold=0.0``, bitsandbytes'
+      ``Linear8bitLt`` default (transformers' ``llm_int8_threshold=6.0`` keeps a
+      data-dependent T x outliers fp16 slice more: not modelled).
+
+    A Function whose inputs need no grad records no node, so its ctx dies with the forward:
+    the input is kept only when it needs grad."""
+
+
+def _quantized_bias_dtype(quant: str, x: Saved) -> DType | None:
+    """bitsandbytes casts a quantized linear's bias in place on the first forward, so it is
+    stored in that dtype from then on (``bitsandbytes/nn/modules.py``), on every device:
+
+    - ``Linear4bit.forward`` first casts the input to ``compute_dtype``, then ``bias.data =
+      bias.data.to(x.dtype)``: the compute dtype, which ``measure`` (and memcalc's model)
+      sets to the base weight dtype (None here: the recipe's weight dtype);
+    - ``Linear8bitLt.forward``: ``self.bias.data = self.bias.data.to(x.dtype)`` on the input
+      as it arrives (fp32 after PEFT's k-bit preparation)."""
+    return x.dtype if quant == "int8" else None
 
 
 def _gemm_dtype(sc: Scope, comp: Component, x: Saved) -> DType:
@@ -151,10 +191,19 @@ def _lora(
             grads=2 * inp.nbytes,
         )
         inp = Saved(f"{name}.lora_dropout.out", inp.numel, dtype)
+    # under torch.autocast lora_A / lora_B are lower-precision linears too (autocast_mode.cpp):
+    # each saves a 16-bit cast of an fp32 input and the cached 16-bit cast of its weight
+    # (cached: a leaf that requires grad), and returns 16 bits
+    cast = sc.autocast
+    a_saves = [sc.matmul_input(inp, f"{name}.lora_A")]
+    b_saves = [Saved(f"{name}.lora_A.out", tokens * r, cast or dtype)]
+    if cast is not None:
+        a_saves.append(Saved(f"{name}.lora_A.{WEIGHT_CAST}", r * n_in, cast))
+        b_saves.append(Saved(f"{name}.lora_B.{WEIGHT_CAST}", n_out * r, cast))
     sc.add(
         f"{name}.lora_A",
         comp,
-        [inp],
+        a_saves,
         matmul_flops(tokens, n_in, r),
         "peft lora_A (nn.Linear): saves its input",
         grads=tokens * (n_in + r) * dtype.itemsize,
@@ -165,7 +214,7 @@ def _lora(
     sc.add(
         f"{name}.lora_B",
         comp,
-        [Saved(f"{name}.lora_A.out", tokens * r, dtype)],
+        b_saves,
         matmul_flops(tokens, r, n_out),
         "peft lora_B (nn.Linear): saves the r-wide lora_A output",
         grads=tokens * (r + n_out) * dtype.itemsize,
