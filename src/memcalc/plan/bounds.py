@@ -23,6 +23,7 @@ a bound on the first stage bounds what it reports.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memcalc.errors import MemcalcError
@@ -207,7 +208,7 @@ class Bounds:
 
         # the slowest stage's kernels bound the step too (the LM head's, or a stage of
         # heavier layers: DeepSeek's MoE layers after its dense ones)
-        stage, last = stages[0], max(stages, key=lambda st: kernels(st).seconds)
+        stage, last = stages[0], slowest_stage(stages, kernels)
         # the parameters do not depend on the micro-batch or the sequence split
         key = (setup.parallel.tp, setup.parallel.pp, setup.parallel.ep)
         if key not in self._counts:
@@ -219,9 +220,12 @@ class Bounds:
         for r, o in self.fixed.items():
             try:
                 plans[r] = plan_for(g, r, every=o.every, budget_bytes=None)
-                last_extra[r] = plan_for(
-                    last.graph, r, every=o.every, budget_bytes=None
-                ).extra_forward_flops
+                last_plan = (
+                    plans[r]
+                    if last is stage
+                    else plan_for(last.graph, r, every=o.every, budget_bytes=None)
+                )
+                last_extra[r] = last_plan.extra_forward_flops
             except MemcalcError:  # every-k with k over a stage's layers
                 plans.pop(r, None)
                 continue
@@ -441,6 +445,22 @@ class Bounds:
                     if least[3] < 0 or memory < least[3]:
                         least = (zero, choice, r, memory, seconds)
         return out, total, least
+
+
+def slowest_stage(stages: list[Stage], kernels: Callable[[Stage], MicroBatch]) -> Stage:
+    """The first stage whose micro-batch kernels take longest. The stages of one lowering
+    that hold the same block kinds, as many of each, with the same first / last role (the
+    same prologue and epilogue ops) have the same kernels (``steptime.compute.micro_batch``
+    reads nothing else): one of each is timed, in stage order, so the first of the slowest
+    is ``max(stages, key=...)``'s answer."""
+    seen: set[tuple[object, ...]] = set()
+    representatives = []
+    for st in stages:
+        key = (st.is_first, st.is_last, st.graph.kind_counts, tuple(map(id, st.graph.kinds)))
+        if key not in seen:
+            seen.add(key)
+            representatives.append(st)
+    return max(representatives, key=lambda st: kernels(st).seconds)
 
 
 def last_kernels_recompute(last: MicroBatch, extra_flops: int) -> float:
