@@ -48,6 +48,7 @@ from memcalc.steptime import (
     step_time,
 )
 from memcalc.steptime.schedule import (
+    NO_HOST_TRAFFIC,
     Windows,
     compose,
     exposed_collectives,
@@ -343,6 +344,7 @@ class Bounds:
         link = self.gpu.host_link_bytes_per_s
         out: list[tuple[int, int, Recompute, int, float]] = []
         total, least = 0, (0, 0, Recompute.none, -1, 0.0)
+        kernels_by_recompute: dict[float, Kernels] = {}
         for zero in zeros:
             # what does not depend on the offload choice, once per ZeRO stage: the collectives
             # per recompute's extra forwards, and the last stage's bound per recompute
@@ -353,6 +355,7 @@ class Bounds:
                 if par.dp > 1 and zero < REQUIRED_ZERO[choice]:
                     continue
                 placed = self.placement(facts, par.dp, zero, choice)
+                untouched = placed.traffic == NO_HOST_TRAFFIC
                 grads = placed.gpu_gradient_bytes
                 accumulated = grads if m > 1 and placed.grads_resident else 0
                 states = placed.gpu_parameter_bytes + placed.gpu_optimizer_bytes + overhead
@@ -378,6 +381,8 @@ class Bounds:
                         recompute = max(0, none_stored - cap) * per_byte * per_flop
                     # save_on_cpu moves every micro-batch's activations down and back up
                     host = placed.traffic
+                    # nothing crosses the host link: offload_exposed's 0
+                    no_offload = untouched and stored <= acts
                     if stored > acts:
                         host = HostTraffic(
                             host.forward_up,
@@ -388,13 +393,15 @@ class Bounds:
                             host.step_up,
                             host.nvme_seconds,
                         )
-                    kern = Kernels(
-                        base_kernels.forward,
-                        base_kernels.backward,
-                        recompute,
-                        base_kernels.matmul,
-                        base_kernels.attention,
-                    )
+                    kern = kernels_by_recompute.get(recompute)
+                    if kern is None:
+                        kern = kernels_by_recompute[recompute] = Kernels(
+                            base_kernels.forward,
+                            base_kernels.backward,
+                            recompute,
+                            base_kernels.matmul,
+                            base_kernels.attention,
+                        )
                     # kernels and collectives depend on the recompute, not on the offload:
                     # once per (recompute, its seconds); then total_seconds' sum
                     fixed = fixed_parts.get((forwards, recompute))
@@ -418,7 +425,7 @@ class Bounds:
                         ).kernels_and_collectives_seconds
                     seconds = (
                         fixed
-                        + offload_exposed(kern, m, host, link)
+                        + (0.0 if no_offload else offload_exposed(kern, m, host, link))
                         + placed.cpu_step_seconds
                         + optimizer
                     )
