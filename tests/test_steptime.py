@@ -19,6 +19,7 @@ from memcalc.steptime import RUNTIMES, micro_batch
 from memcalc.steptime.kernels import (
     TILE_OVERHEAD_RIDGES,
     attention_flops,
+    attention_pass_seconds,
     causal_fraction,
     gemm_pass_seconds,
     gemm_seconds,
@@ -26,6 +27,7 @@ from memcalc.steptime.kernels import (
 )
 from memcalc.steptime.schedule import OVERLAP_SLOWDOWN, edge_seconds
 from memcalc.strategies.comms import Collective, Links, Window, ring_latency_s
+from memcalc.strategies.runtime import AttentionKernel
 
 H100 = load_profile("h100-sxm-80gb")
 A100 = load_profile("a100-sxm-80gb")
@@ -296,3 +298,21 @@ def test_fp8_gemms_on_a_gpu_without_fp8_tensor_cores_run_at_the_16_bit_rate():
     ref = estimate(spec, TrainingSetup(seq=2048, precision="bf16-mixed"), A100)
     assert fp8.time is not None and ref.time is not None
     assert fp8.time.matmul_seconds == pytest.approx(ref.time.matmul_seconds)
+
+
+def test_llm_foundry_runs_the_triton_flash_kernel_at_its_own_rate():
+    """llm-foundry's MPT benchmark tables ran ``attn_impl: triton`` (its sweep's default until
+    2024-03): FlashAttention's Triton kernel, forward 0.37 / backward 0.25 of the A100 peak
+    (Triton's regression figures), where FlashAttention-2 reaches 0.70 / 0.60. One causal
+    MPT-13B layer at 32K tokens (40 heads of 128): forward 2 x 40 x 32768^2 x 256 FLOPs x
+    (half the square + half of each 128-row diagonal block) = (256 + 1) / 512."""
+    assert RUNTIMES["llm-foundry"].attention is AttentionKernel.flash1_triton
+    w = AttentionWork(40, 32768, 32768, 128, 128, DType.bf16)
+    flops = 2 * 40 * 32768 * 32768 * 256 * (256 + 1) / 512
+    assert attention_flops(w) == flops
+    fwd, bwd = attention_pass_seconds(w, A100, AttentionKernel.flash1_triton)
+    assert fwd == pytest.approx(flops / (312e12 * 0.37))
+    assert bwd == pytest.approx(2.5 * flops / (312e12 * 0.25))
+    fa2_fwd, fa2_bwd = attention_pass_seconds(w, A100, AttentionKernel.flash2)
+    # fwd + bwd: (1/0.37 + 2.5/0.25) / (1/0.70 + 2.5/0.60) = 2.27x FlashAttention-2's time
+    assert (fwd + bwd) / (fa2_fwd + fa2_bwd) == pytest.approx(2.270, abs=1e-3)

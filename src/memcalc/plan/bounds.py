@@ -23,6 +23,7 @@ a bound on the first stage bounds what it reports.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memcalc.errors import MemcalcError
@@ -47,6 +48,7 @@ from memcalc.steptime import (
     step_time,
 )
 from memcalc.steptime.schedule import (
+    NO_HOST_TRAFFIC,
     Windows,
     compose,
     exposed_collectives,
@@ -207,7 +209,7 @@ class Bounds:
 
         # the slowest stage's kernels bound the step too (the LM head's, or a stage of
         # heavier layers: DeepSeek's MoE layers after its dense ones)
-        stage, last = stages[0], max(stages, key=lambda st: kernels(st).seconds)
+        stage, last = stages[0], slowest_stage(stages, kernels)
         # the parameters do not depend on the micro-batch or the sequence split
         key = (setup.parallel.tp, setup.parallel.pp, setup.parallel.ep)
         if key not in self._counts:
@@ -219,9 +221,12 @@ class Bounds:
         for r, o in self.fixed.items():
             try:
                 plans[r] = plan_for(g, r, every=o.every, budget_bytes=None)
-                last_extra[r] = plan_for(
-                    last.graph, r, every=o.every, budget_bytes=None
-                ).extra_forward_flops
+                last_plan = (
+                    plans[r]
+                    if last is stage
+                    else plan_for(last.graph, r, every=o.every, budget_bytes=None)
+                )
+                last_extra[r] = last_plan.extra_forward_flops
             except MemcalcError:  # every-k with k over a stage's layers
                 plans.pop(r, None)
                 continue
@@ -339,6 +344,7 @@ class Bounds:
         link = self.gpu.host_link_bytes_per_s
         out: list[tuple[int, int, Recompute, int, float]] = []
         total, least = 0, (0, 0, Recompute.none, -1, 0.0)
+        kernels_by_recompute: dict[float, Kernels] = {}
         for zero in zeros:
             # what does not depend on the offload choice, once per ZeRO stage: the collectives
             # per recompute's extra forwards, and the last stage's bound per recompute
@@ -349,6 +355,7 @@ class Bounds:
                 if par.dp > 1 and zero < REQUIRED_ZERO[choice]:
                     continue
                 placed = self.placement(facts, par.dp, zero, choice)
+                untouched = placed.traffic == NO_HOST_TRAFFIC
                 grads = placed.gpu_gradient_bytes
                 accumulated = grads if m > 1 and placed.grads_resident else 0
                 states = placed.gpu_parameter_bytes + placed.gpu_optimizer_bytes + overhead
@@ -374,6 +381,8 @@ class Bounds:
                         recompute = max(0, none_stored - cap) * per_byte * per_flop
                     # save_on_cpu moves every micro-batch's activations down and back up
                     host = placed.traffic
+                    # nothing crosses the host link: offload_exposed's 0
+                    no_offload = untouched and stored <= acts
                     if stored > acts:
                         host = HostTraffic(
                             host.forward_up,
@@ -384,13 +393,15 @@ class Bounds:
                             host.step_up,
                             host.nvme_seconds,
                         )
-                    kern = Kernels(
-                        base_kernels.forward,
-                        base_kernels.backward,
-                        recompute,
-                        base_kernels.matmul,
-                        base_kernels.attention,
-                    )
+                    kern = kernels_by_recompute.get(recompute)
+                    if kern is None:
+                        kern = kernels_by_recompute[recompute] = Kernels(
+                            base_kernels.forward,
+                            base_kernels.backward,
+                            recompute,
+                            base_kernels.matmul,
+                            base_kernels.attention,
+                        )
                     # kernels and collectives depend on the recompute, not on the offload:
                     # once per (recompute, its seconds); then total_seconds' sum
                     fixed = fixed_parts.get((forwards, recompute))
@@ -414,7 +425,7 @@ class Bounds:
                         ).kernels_and_collectives_seconds
                     seconds = (
                         fixed
-                        + offload_exposed(kern, m, host, link)
+                        + (0.0 if no_offload else offload_exposed(kern, m, host, link))
                         + placed.cpu_step_seconds
                         + optimizer
                     )
@@ -441,6 +452,22 @@ class Bounds:
                     if least[3] < 0 or memory < least[3]:
                         least = (zero, choice, r, memory, seconds)
         return out, total, least
+
+
+def slowest_stage(stages: list[Stage], kernels: Callable[[Stage], MicroBatch]) -> Stage:
+    """The first stage whose micro-batch kernels take longest. The stages of one lowering
+    that hold the same block kinds, as many of each, with the same first / last role (the
+    same prologue and epilogue ops) have the same kernels (``steptime.compute.micro_batch``
+    reads nothing else): one of each is timed, in stage order, so the first of the slowest
+    is ``max(stages, key=...)``'s answer."""
+    seen: set[tuple[object, ...]] = set()
+    representatives = []
+    for st in stages:
+        key = (st.is_first, st.is_last, st.graph.kind_counts, tuple(map(id, st.graph.kinds)))
+        if key not in seen:
+            seen.add(key)
+            representatives.append(st)
+    return max(representatives, key=lambda st: kernels(st).seconds)
 
 
 def last_kernels_recompute(last: MicroBatch, extra_flops: int) -> float:

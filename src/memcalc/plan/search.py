@@ -165,6 +165,9 @@ class _Search:
         self.usable = self.bounds.usable
         self.tally = Tally()
         self.done: dict[tuple[object, ...], Row | None] = {}
+        self.setups: dict[tuple[Candidate, int], TrainingSetup] = {}
+        """``layout_setup`` per (layout, ZeRO stage): the configurations of one layout and
+        stage share it."""
         self.closest: dict[int, Config] = {}
         self.constraints = request.constraints
         self.offloads = [
@@ -362,7 +365,11 @@ class _Search:
             return self.done[key]
         if count:
             self.tally.estimated += 1
-        setup = layout_setup(self.request.setup, c.layout, c.zero, self.request.spec)
+        setup = self.setups.get((c.layout, c.zero))
+        if setup is None:
+            setup = self.setups[(c.layout, c.zero)] = layout_setup(
+                self.request.setup, c.layout, c.zero, self.request.spec
+            )
         base = self.bounds.fixed[Recompute.none]
         try:
             if c.recompute is Recompute.budget:

@@ -80,6 +80,18 @@ ATTENTION_EFFICIENCY: dict[tuple[AttentionKernel, str], tuple[float, float]] = {
     # Ampere-era FlashAttention-2 code as on Hopper
     (AttentionKernel.cudnn, "blackwell"): (0.62, 0.50),
     (AttentionKernel.flash2, "blackwell"): (0.35, 0.35),
+    # FlashAttention's Triton kernel (MPT's attn_impl: triton) on A100: the Triton fused
+    # attention kernel's regression figures on A100, causal, FLOPs counted as here (half the
+    # square, backward 2.5x): forward 0.37, backward 0.25 of the tensor-core peak
+    # (triton-lang/triton python/test/regression/test_performance.py @ 00693c1,
+    # flash_attention_data). Together 3.5 / (1/0.37 + 2.5/0.25) = 28% of peak, inside the
+    # 25-40% Dao 2023 gives FlashAttention-1 (arXiv:2307.08691, abstract), which the Triton
+    # port matches: "Overall Triton forward + backward is slightly slower than CUDA forward +
+    # backward" (Dao-AILab/flash-attention flash_attn/flash_attn_triton.py, docstring).
+    (AttentionKernel.flash1_triton, "ampere"): (0.37, 0.25),
+    # ASSUMPTION: on Hopper the same Ampere-era mma.sync code loses what FlashAttention-2
+    # (also mma.sync) loses there: x 0.35 / 0.70 forward, x 0.35 / 0.60 backward
+    (AttentionKernel.flash1_triton, "hopper"): (0.37 * 0.35 / 0.70, 0.25 * 0.35 / 0.60),
     # ASSUMPTION: CDNA3's CK flash kernels at FlashAttention-2-on-Hopper's fraction
     (AttentionKernel.flash2, "cdna3"): (0.35, 0.35),
     (AttentionKernel.cudnn, "cdna3"): (0.35, 0.35),

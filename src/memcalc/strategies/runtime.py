@@ -30,6 +30,11 @@ class AttentionKernel(str, Enum):
     cudnn = "cudnn"
     """cuDNN fused attention (Transformer Engine's default on Hopper and Blackwell) and
     FlashAttention-3 (Shah et al. 2024), the Hopper-native kernels."""
+    flash1_triton = "flash1-triton"
+    """FlashAttention's 2022 Triton kernel (Dao-AILab/flash-attention
+    ``flash_attn/flash_attn_triton.py``, on the pre-MLIR Triton ``triton-pre-mlir``): what
+    MPT's ``attn_impl: triton`` runs, the only MPT kernel with an ALiBi bias before
+    FlashAttention 2.4."""
 
 
 @dataclass(frozen=True)
@@ -91,9 +96,13 @@ TORCHTITAN_COMPILE_ASYNC_TP = TORCHTITAN_COMPILE.with_(
 )
 """... and ``--experimental.enable_async_tensor_parallel``: the TP all-gathers and
 reduce-scatters run as micro-pipelined collective matmuls (torch ``_micro_pipeline_tp``)."""
-LLM_FOUNDRY = TORCHTITAN.with_(name="llm-foundry")
-"""MosaicML llm-foundry / Composer: FSDP (one) with prefetch, eager PyTorch ops,
-FlashAttention-2."""
+LLM_FOUNDRY = TORCHTITAN.with_(name="llm-foundry", attention=AttentionKernel.flash1_triton)
+"""MosaicML llm-foundry / Composer as its published MPT benchmark tables ran it: FSDP (one)
+with prefetch, eager PyTorch ops, and the Triton FlashAttention kernel -- the sweep that
+produced the A100 (2023-05) and H100 (2023-10) tables defaults to ``--attn_impl triton``
+(mosaicml/llm-foundry ``scripts/train/benchmarking/submit_benchmarks.py`` @ 300cc5c and
+@ b2a43a1; ``sweep.sh`` does not override it; ``yamls/pretrain/mpt-13b.yaml`` @ b2a43a1 sets
+``attn_impl: triton``); the default became ``flash`` only in 2024-03 (@ 7f0fdae)."""
 
 RUNTIMES = {
     r.name: r
