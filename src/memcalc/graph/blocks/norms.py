@@ -94,11 +94,19 @@ def rms_norm(
     ``view_of``: the storage ``x`` is a slice of (MLA's ``kv_a_layernorm`` on part of one
     projection): an fp32 x is that storage, which pow saves whole; a copy is x's size.
     """
+    trainable, weight = _norm_weights(sc, prefix, width, False)
+    _rms_statistics(sc, prefix, x, rows, view_of)
+    _rms_weight_multiply(sc, prefix, x, width, variant, trainable, weight)
+    return Saved(f"{prefix}.out", x.numel, x.dtype, needs_grad=x.needs_grad or trainable)
+
+
+def _rms_statistics(sc: Scope, prefix: str, x: Saved, rows: int, view_of: Saved | None) -> None:
+    """``x32 = x.to(fp32)``, ``pow`` (saves x32), ``rsqrt`` (saves its result, one fp32 per
+    row) and ``mul(x32, r)`` (saves both): nothing when x needs no grad."""
     numel = x.numel
     x32 = (view_of or x) if x.dtype is DType.fp32 else Saved(f"{prefix}.in_fp32", numel, DType.fp32)
     rstd = Saved(f"{prefix}.rstd", rows, DType.fp32)
     g32 = 2 * numel * 4  # fp32 gradient in and out
-    trainable, weight = _norm_weights(sc, prefix, width, False)
     ig = x.needs_grad
     sc.add(
         f"{prefix}.pow",
@@ -120,6 +128,19 @@ def rms_norm(
         "aten.mul.Tensor: saves self, other",
         grads=g32,
     )
+
+
+def _rms_weight_multiply(
+    sc: Scope,
+    prefix: str,
+    x: Saved,
+    width: int,
+    variant: Norm,
+    trainable: bool,
+    weight: tuple[ParamTensor, ...],
+) -> None:
+    """The weight multiply of each RMSNorm variant (``rms_norm``'s docstring)."""
+    numel = x.numel
     params = width if trainable else 0
     if variant is Norm.rms_norm:
         normed = Saved(f"{prefix}.normed", numel, x.dtype)
@@ -148,7 +169,7 @@ def rms_norm(
     else:
         y32 = Saved(f"{prefix}.normed_fp32", numel, DType.fp32)
         one_plus_w = Saved(f"{prefix}.one_plus_weight", width, DType.fp32)
-        saves = ([y32] if trainable else []) + ([one_plus_w] if ig else [])
+        saves = ([y32] if trainable else []) + ([one_plus_w] if x.needs_grad else [])
         sc.add(
             f"{prefix}.mul_weight",
             NORM,
@@ -159,7 +180,6 @@ def rms_norm(
             params=params,
             weights=weight,
         )
-    return Saved(f"{prefix}.out", numel, x.dtype, needs_grad=ig or trainable)
 
 
 def fused_rms_norm(sc: Scope, prefix: str, x: Saved, rows: int, width: int) -> Saved:
