@@ -395,92 +395,73 @@ def _data_parallel(
 ) -> list[Transfer]:
     """The gradient (and parameter) collectives of the data-parallel group: dense parameters
     over the dp ranks, routed experts over the expert data-parallel ranks (dp / ep)."""
-    m = par.microbatches
-    stride = par.tp * par.cp
-    d = par.shard_ranks
-    experts = shape.expert_params
-    dense = shape.stage_params - experts
-    groups = [(dense, d, stride)]
-    if experts and par.ep > 1:
-        groups.append((experts, d // par.ep, stride * par.ep))
-    elif experts:
-        groups = [(shape.stage_params, d, stride)]
-    reduce_window = Window.last_backward if overlaps.grad_reduce else Window.none
-    gather_window = Window.next_forward if overlaps.param_gather else Window.none
     out: list[Transfer] = []
-    for params, ranks, step in groups:
-        if ranks <= 1:
-            continue
-        grads = params * shape.grad_bytes_per_param
-        weights = params * shape.weight_bytes_per_param
-        buckets = max(1, -(-grads // BUCKET_BYTES))
-        layer_calls = max(1, shape.layers)
-        if par.zero == 0:
-            out.append(
-                links.transfer(
-                    "dp", Collective.all_reduce, step, ranks, grads, buckets, reduce_window
-                )
-            )
-        elif par.zero in (1, 2):
-            per_mb = par.zero == 2
-            out.append(
-                links.transfer(
-                    "dp",
-                    Collective.reduce_scatter,
-                    step,
-                    ranks,
-                    grads * (m if per_mb else 1),
-                    buckets * (m if per_mb else 1),
-                    Window.backward if per_mb else reduce_window,
-                )
-            )
-            out.append(
-                links.transfer(
-                    "dp", Collective.all_gather, step, ranks, weights, buckets, gather_window
-                )
-            )
-        else:
-            calls = layer_calls * m
-            out.append(
-                links.transfer(
-                    "dp", Collective.all_gather, step, ranks, m * weights, calls, Window.forward
-                )
-            )
-            if par.fsdp_reshard:
-                out.append(
-                    links.transfer(
-                        "dp",
-                        Collective.all_gather,
-                        step,
-                        ranks,
-                        m * weights,
-                        calls,
-                        Window.backward,
-                    )
-                )
-            out.append(
-                links.transfer(
-                    "dp",
-                    Collective.reduce_scatter,
-                    step,
-                    ranks,
-                    m * grads,
-                    calls,
-                    Window.backward,
-                )
-            )
+    for params, ranks, step in _dp_groups(par, shape):
+        if ranks > 1:
+            out += _group_collectives(par, shape, links, overlaps, params, ranks, step)
     if par.shard_size is not None and par.shard_size < par.dp:
+        # HSDP: the shard groups' replicas all-reduce their gradient shards
         replicas = par.dp // par.shard_size
         grads = shape.stage_params * shape.grad_bytes_per_param
         out.append(
             links.transfer(
                 "dp",
                 Collective.all_reduce,
-                stride * par.shard_size,
+                par.tp * par.cp * par.shard_size,
                 replicas,
                 grads // par.shard_size,
                 max(1, shape.layers),
                 Window.last_backward,
             )
         )
+    return out
+
+
+def _dp_groups(par: Parallelism, shape: StepShape) -> list[tuple[int, int, int]]:
+    """(parameters, ranks, rank stride) of each data-parallel group: the dense parameters
+    over the shard ranks; with expert parallelism the routed experts over dp / ep."""
+    stride = par.tp * par.cp
+    d = par.shard_ranks
+    experts = shape.expert_params
+    if experts and par.ep > 1:
+        return [(shape.stage_params - experts, d, stride), (experts, d // par.ep, stride * par.ep)]
+    return [(shape.stage_params, d, stride)]
+
+
+def _group_collectives(
+    par: Parallelism,
+    shape: StepShape,
+    links: Links,
+    overlaps: Overlaps,
+    params: int,
+    ranks: int,
+    step: int,
+) -> list[Transfer]:
+    """One data-parallel group's collectives by ZeRO stage: DDP's bucketed all-reduce;
+    ZeRO-1/2's reduce-scatter (per micro-batch at stage 2) and parameter all-gather; FSDP /
+    ZeRO-3's per-layer all-gathers (again in backward when resharded) and reduce-scatters."""
+    m = par.microbatches
+    grads = params * shape.grad_bytes_per_param
+    weights = params * shape.weight_bytes_per_param
+    buckets = max(1, -(-grads // BUCKET_BYTES))
+    reduce_window = Window.last_backward if overlaps.grad_reduce else Window.none
+    gather_window = Window.next_forward if overlaps.param_gather else Window.none
+
+    def dp(kind: Collective, size: int, calls: int, window: Window) -> Transfer:
+        return links.transfer("dp", kind, step, ranks, size, calls, window)
+
+    if par.zero == 0:
+        return [dp(Collective.all_reduce, grads, buckets, reduce_window)]
+    if par.zero in (1, 2):
+        k = m if par.zero == 2 else 1
+        window = Window.backward if par.zero == 2 else reduce_window
+        return [
+            dp(Collective.reduce_scatter, grads * k, buckets * k, window),
+            dp(Collective.all_gather, weights, buckets, gather_window),
+        ]
+    calls = max(1, shape.layers) * m
+    out = [dp(Collective.all_gather, m * weights, calls, Window.forward)]
+    if par.fsdp_reshard:
+        out.append(dp(Collective.all_gather, m * weights, calls, Window.backward))
+    out.append(dp(Collective.reduce_scatter, m * grads, calls, Window.backward))
     return out
