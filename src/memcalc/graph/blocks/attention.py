@@ -54,10 +54,43 @@ def attention_core(
     ``probs_to`` is the dtype the probabilities are cast to after softmax (GPT-2: v's dtype,
     Llama: q's -- fp32 under autocast, so its AV matmul casts them again).
     """
-    b, s, a, T = dims.b, dims.s, dims.a, dims.T
-    scores = b * a * s * s
     if not (q.needs_grad or k.needs_grad or v.needs_grad):
         return _core_without_grad(sc, dims, prefix)
+    if attention is Attention.eager:
+        return _eager_attention(
+            sc,
+            dims,
+            q,
+            k,
+            v,
+            dropout_p,
+            softmax_in_fp32=softmax_in_fp32,
+            prefix=prefix,
+            probs_to=probs_to,
+            softcap=softcap,
+        )
+    if dims.cpu_dropout_sdpa and dropout_p > 0:
+        return _cpu_math_sdpa(sc, dims, q, k, v, dropout_p, prefix=prefix)
+    return _fused_attention(sc, dims, q, k, v, attention, prefix=prefix, mask=mask, window=window)
+
+
+def _eager_attention(
+    sc: Scope,
+    dims: Dims,
+    q: Saved,
+    k: Saved,
+    v: Saved,
+    dropout_p: float,
+    *,
+    softmax_in_fp32: bool,
+    prefix: str,
+    probs_to: DType,
+    softcap: float | None,
+) -> Saved:
+    """HF's ``eager_attention_forward`` (``attention_core``'s docstring): q @ k^T, the
+    optional soft-cap, softmax, dropout and probs @ v, each op's saved tensors."""
+    b, s, a, T = dims.b, dims.s, dims.a, dims.T
+    scores = b * a * s * s
     qk_flops = matmul_flops(b * a * s, dims.d, s)
     p = dims.p.itemsize
     # the eager core's two batched matmuls, b*a of them each (the causal mask is added to
@@ -65,74 +98,70 @@ def attention_core(
     mm_dtype = sc.autocast or dims.p
     qk_gemm = Gemm(s, dims.d, s, mm_dtype, b * a, q.needs_grad, k.needs_grad)
     av_gemm = Gemm(s, s, dims.d, mm_dtype, b * a, True, v.needs_grad)
-    if attention is Attention.eager:
-        # The gradient ``matmul(probs, v)``'s backward writes for v waits in the input buffer
-        # of v's producer (``repeat_kv`` / the v projection, earlier in forward, so later in
-        # backward: the engine runs nodes by decreasing sequence number, ``engine.cpp``
-        # ``CompareNodeTaskTime``) through the backward of the dropout, softmax, soft-cap and
-        # q @ k^T ops (measured: one T x a*d tensor more at ``_softmax_backward_data``).
-        v_grad = T * dims.q * p
-        # matmul(q, k^T) saves q for k's gradient and k for q's (a tensor that needs no grad
-        # -- k from a frozen k_proj in a frozen-base model's first layer -- skips its partner)
-        qk_saves = [sc.matmul_input(q, "qk")] if k.needs_grad else []
-        qk_saves += [sc.matmul_input(k, "qk")] if q.needs_grad else []
+    # The gradient ``matmul(probs, v)``'s backward writes for v waits in the input buffer
+    # of v's producer (``repeat_kv`` / the v projection, earlier in forward, so later in
+    # backward: the engine runs nodes by decreasing sequence number, ``engine.cpp``
+    # ``CompareNodeTaskTime``) through the backward of the dropout, softmax, soft-cap and
+    # q @ k^T ops (measured: one T x a*d tensor more at ``_softmax_backward_data``).
+    v_grad = T * dims.q * p
+    # matmul(q, k^T) saves q for k's gradient and k for q's (a tensor that needs no grad
+    # -- k from a frozen k_proj in a frozen-base model's first layer -- skips its partner)
+    qk_saves = [sc.matmul_input(q, "qk")] if k.needs_grad else []
+    qk_saves += [sc.matmul_input(k, "qk")] if q.needs_grad else []
+    sc.add(
+        f"{prefix}.qk_matmul",
+        ATTN,
+        unique(qk_saves),
+        qk_flops,
+        "aten.bmm (matmul q @ k^T): saves q and k",
+        core=True,
+        grads=scores * p + 2 * T * dims.q * p + v_grad,
+        work=qk_gemm,
+    )
+    if softcap is not None:
         sc.add(
-            f"{prefix}.qk_matmul",
+            f"{prefix}.softcap",
             ATTN,
-            unique(qk_saves),
-            qk_flops,
-            "aten.bmm (matmul q @ k^T): saves q and k",
+            [Saved(f"{prefix}.softcap_tanh", scores, dims.p)],
+            3 * scores,
+            "aten.tanh (soft-capping): saves result",
             core=True,
-            grads=scores * p + 2 * T * dims.q * p + v_grad,
-            work=qk_gemm,
+            grads=2 * scores * p + v_grad,
         )
-        if softcap is not None:
-            sc.add(
-                f"{prefix}.softcap",
-                ATTN,
-                [Saved(f"{prefix}.softcap_tanh", scores, dims.p)],
-                3 * scores,
-                "aten.tanh (soft-capping): saves result",
-                core=True,
-                grads=2 * scores * p + v_grad,
-            )
-        soft_dtype = DType.fp32 if softmax_in_fp32 else dims.p
-        probs = Saved(f"{prefix}.softmax", scores, soft_dtype)
-        # backward: softmax's output gradient and its input gradient (``_softmax_backward_data``
-        # writes a new tensor). With a ``.to(p)`` copy after it, the p gradient of the copy is
-        # freed once ``ToCopyBackward0`` has cast it (the engine drops a node's input buffer
-        # after it runs, ``engine.cpp`` ``evaluate_function``): p + fp32 alive there, two
-        # fp32 here -- the larger moment (measured: CPU tracker, Llama bf16 eager).
-        soft_grads = 2 * scores * soft_dtype.itemsize + v_grad
-        sc.add(
-            f"{prefix}.softmax",
-            ATTN,
-            [probs],
-            5 * scores,
-            "aten._softmax: saves result",
-            True,
-            grads=soft_grads,
-        )
-        if soft_dtype is not probs_to:
-            probs = Saved(f"{prefix}.probs", scores, probs_to)  # .to() copy, saves nothing
-        before = len(sc.ops)
-        probs = dropout(sc, f"{prefix}.attn_dropout", ATTN, probs, dropout_p, core=True)
-        if len(sc.ops) > before:
-            sc.ops[-1] = replace(sc.ops[-1], grad_bytes=sc.ops[-1].grad_bytes + v_grad)
-        sc.add(
-            f"{prefix}.av_matmul",
-            ATTN,
-            [sc.matmul_input(probs, "av"), sc.matmul_input(v, "av")],
-            qk_flops,
-            "aten.bmm (matmul probs @ v): saves probs and v",
-            core=True,
-            grads=scores * p + 2 * T * dims.q * p,
-            work=av_gemm,
-        )
-        return tensor(f"{prefix}.merged", T, dims.q, dims.p)
-    if dims.cpu_dropout_sdpa and dropout_p > 0:
-        return _cpu_math_sdpa(sc, dims, q, k, v, dropout_p, prefix=prefix)
-    return _fused_attention(sc, dims, q, k, v, attention, prefix=prefix, mask=mask, window=window)
+    soft_dtype = DType.fp32 if softmax_in_fp32 else dims.p
+    probs = Saved(f"{prefix}.softmax", scores, soft_dtype)
+    # backward: softmax's output gradient and its input gradient (``_softmax_backward_data``
+    # writes a new tensor). With a ``.to(p)`` copy after it, the p gradient of the copy is
+    # freed once ``ToCopyBackward0`` has cast it (the engine drops a node's input buffer
+    # after it runs, ``engine.cpp`` ``evaluate_function``): p + fp32 alive there, two
+    # fp32 here -- the larger moment (measured: CPU tracker, Llama bf16 eager).
+    soft_grads = 2 * scores * soft_dtype.itemsize + v_grad
+    sc.add(
+        f"{prefix}.softmax",
+        ATTN,
+        [probs],
+        5 * scores,
+        "aten._softmax: saves result",
+        True,
+        grads=soft_grads,
+    )
+    if soft_dtype is not probs_to:
+        probs = Saved(f"{prefix}.probs", scores, probs_to)  # .to() copy, saves nothing
+    before = len(sc.ops)
+    probs = dropout(sc, f"{prefix}.attn_dropout", ATTN, probs, dropout_p, core=True)
+    if len(sc.ops) > before:
+        sc.ops[-1] = replace(sc.ops[-1], grad_bytes=sc.ops[-1].grad_bytes + v_grad)
+    sc.add(
+        f"{prefix}.av_matmul",
+        ATTN,
+        [sc.matmul_input(probs, "av"), sc.matmul_input(v, "av")],
+        qk_flops,
+        "aten.bmm (matmul probs @ v): saves probs and v",
+        core=True,
+        grads=scores * p + 2 * T * dims.q * p,
+        work=av_gemm,
+    )
+    return tensor(f"{prefix}.merged", T, dims.q, dims.p)
 
 
 def _core_without_grad(sc: Scope, dims: Dims, prefix: str) -> Saved:
