@@ -29,6 +29,12 @@ class FineTune:
     """How frozen base linears are stored (a ``Quantize`` value; "none")."""
     upcast: bool
     """Non-quantized parameters are fp32 (PEFT prepare_model_for_kbit_training)."""
+    excluded: frozenset[str] = frozenset()
+    """Leaf names never adapted as modules (PEFT's MoE conversion moves them to parameters;
+    routers that are no nn.Linear)."""
+    wrapped: tuple[tuple[str, int], ...] = ()
+    """Parameters adapted by PEFT ``lora.ParamWrapper``, by key suffix (``gate_up_proj``,
+    ``gate.weight``), with their rank multiplier (2: a fused pair, ``rank_pattern``)."""
 
     @staticmethod
     def leaf(name: str) -> str:
@@ -39,9 +45,17 @@ class FineTune:
 
     def adapts(self, name: str) -> bool:
         leaf = self.leaf(name)
-        if leaf == "lm_head" or self.trains(name):
+        if leaf == "lm_head" or self.trains(name) or leaf in self.excluded:
             return False
         return self.adapted is None or leaf in self.adapted
+
+    def wrap_rank(self, key: str) -> int:
+        """The LoRA rank of ``lora.ParamWrapper`` on parameter ``key`` (its name ending in a
+        wrapped suffix, as ``BaseTuner._inject_parameters`` matches); 0: not wrapped."""
+        for suffix, times in self.wrapped:
+            if key == suffix or key.endswith(f".{suffix}"):
+                return self.rank * times
+        return 0
 
 
 @dataclass
