@@ -123,7 +123,7 @@ def _not_linear(spec: ModelSpec, impl: Implementation, modules: frozenset[str] |
     if modules is not None and leaf in modules:
         raise MemcalcError(
             f"--lora-targets: PEFT cannot adapt {leaf}, the {spec.family.value} router: it is no "
-            "nn.Linear in transformers 5.24 (\"Target module ... is not supported\", "
+            'nn.Linear in transformers 5.24 ("Target module ... is not supported", '
             "peft/tuners/lora/model.py _create_new_module); name other targets or all-linear"
         )
     return {leaf}
