@@ -221,8 +221,9 @@ def _wrapped_router(
     saves: list[Saved] = []
     if saves_weight:
         saves = [sc.matmul_input(x, name)]
-        if x.needs_grad:
-            merged = sc.autocast or sc.param_dtype(name) or dtype
+        if x.needs_grad and sc.autocast is None:
+            # under autocast the frozen linear's weight cast (``linear``) is this cast of W + BA
+            merged = sc.param_dtype(name) or dtype
             saves.append(Saved(f"{name}.merged_weight", E * h, merged))
     sc.add(
         f"{name}.lora",
