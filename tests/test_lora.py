@@ -49,6 +49,7 @@ MIXTRAL = load_model("tests/data/hf/tiny/mixtral.json")
 QWEN2_MOE = load_model("tests/data/hf/tiny/qwen2_moe.json")
 QWEN3 = load_model("tests/data/hf/tiny/qwen3.json")
 OLMO2 = load_model("tests/data/hf/tiny/olmo2.json")
+DEEPSEEK_V3 = load_model("tests/data/hf/tiny/deepseek_v3.json")
 """q_norm / k_norm: on the first layer a frozen k_proj's output needs no grad, so k_norm saves
 nothing there."""
 """MoE: the routed experts are fused nn.Parameters, which LoRA leaves frozen."""
@@ -167,6 +168,7 @@ MEASURED = [
     (MIXTRAL, "bf16", "sdpa", LoraSpec(rank=8, targets=("all-linear",)), {}, Recompute.full),
     (QWEN2_MOE, "fp32", "eager", LoraSpec(rank=8, targets=("all-linear",)), {}, Recompute.none),
     (QWEN3, "bf16", "sdpa", LoraSpec(rank=8), {}, Recompute.none),
+    (DEEPSEEK_V3, "fp32", "sdpa", LoraSpec(rank=8, targets=("all-linear",)), {}, Recompute.none),
     (OLMO2, "fp32", "eager", LoraSpec(rank=8, targets=("q_proj", "v_proj")), {}, Recompute.none),
 ]
 
@@ -188,6 +190,7 @@ MEASURED = [
         "mixtral-all-linear-param-wrapper-full",
         "qwen2-moe-all-linear-frozen-experts",
         "qwen3-qk-norm",
+        "deepseek-v3-all-linear-param-wrapper-fp32",
         "olmo2-post-norm-first-layer",
     ],
 )
