@@ -183,3 +183,17 @@ def test_llama_31_config_with_llama3_rope_scaling_reads_as_the_preset(tmp_path):
     written = json.loads(path.read_text())
     assert "llama3" in json.dumps(written)
     assert _same(spec_from_hf_config(written, str(path)), PRESETS["llama-3.1-8b"])
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("name", sorted(_one_preset_per_family().values()))
+def test_config_saved_by_save_pretrained_reads_as_the_preset(name, tmp_path):
+    """``save_pretrained`` writes only the keys that differ from the class defaults
+    (``to_json_file(use_diff=True)``), in canonical names: one preset per family reads back
+    the same."""
+    transformers = pytest.importorskip("transformers")
+    spec = PRESETS[name]
+    cfg = dict(hf_config_dict(spec))
+    transformers.CONFIG_MAPPING[cfg.pop("model_type")](**cfg).save_pretrained(str(tmp_path))
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert _same(spec_from_hf_config(written, "config.json"), spec)

@@ -49,6 +49,7 @@ MIXTRAL = load_model("tests/data/hf/tiny/mixtral.json")
 QWEN2_MOE = load_model("tests/data/hf/tiny/qwen2_moe.json")
 QWEN3 = load_model("tests/data/hf/tiny/qwen3.json")
 OLMO2 = load_model("tests/data/hf/tiny/olmo2.json")
+DEEPSEEK_V3 = load_model("tests/data/hf/tiny/deepseek_v3.json")
 """q_norm / k_norm: on the first layer a frozen k_proj's output needs no grad, so k_norm saves
 nothing there."""
 """MoE: the routed experts are fused nn.Parameters, which LoRA leaves frozen."""
@@ -108,8 +109,9 @@ def _peft():
         (LLAMA, LoraSpec(rank=16, targets=("gate_proj", "down_proj"))),
         (GPT2, LoraSpec(rank=8)),
         (GPT2, LoraSpec(rank=8, targets=("c_attn", "c_fc"), modules_to_save=("lm_head",))),
-        (MIXTRAL, LoraSpec(rank=8)),
-        (QWEN2_MOE, LoraSpec(rank=8)),
+        (MIXTRAL, LoraSpec(rank=8, targets=("q_proj", "v_proj"))),
+        (MIXTRAL, LoraSpec(rank=8, targets=("all-linear",))),
+        (QWEN2_MOE, LoraSpec(rank=8, targets=("all-linear",))),
     ],
     ids=[
         "llama-default",
@@ -117,8 +119,9 @@ def _peft():
         "llama-mlp",
         "gpt2-default",
         "gpt2-save-head",
-        "mixtral-default",
-        "qwen2-moe-default",
+        "mixtral-qv",
+        "mixtral-all-linear",
+        "qwen2-moe-all-linear",
     ],
 )
 def test_trainable_parameters_equal_pefts(spec, lora):
@@ -161,10 +164,12 @@ MEASURED = [
     (GPT2, "fp32", "sdpa", LoraSpec(rank=16, targets=("c_attn", "c_fc")), {}, Recompute.none),
     (LLAMA, "bf16", "sdpa", LoraSpec(rank=8), {"quantize": "nf4"}, Recompute.none),
     (LLAMA, "bf16", "sdpa", LoraSpec(rank=8), {"quantize": "nf4-dq"}, Recompute.full),
-    (MIXTRAL, "bf16", "sdpa", LoraSpec(rank=8), {}, Recompute.none),
-    (QWEN2_MOE, "fp32", "eager", LoraSpec(rank=8), {}, Recompute.none),
+    (MIXTRAL, "bf16", "sdpa", LoraSpec(rank=8, targets=("q_proj", "v_proj")), {}, Recompute.none),
+    (MIXTRAL, "bf16", "sdpa", LoraSpec(rank=8, targets=("all-linear",)), {}, Recompute.full),
+    (QWEN2_MOE, "fp32", "eager", LoraSpec(rank=8, targets=("all-linear",)), {}, Recompute.none),
     (QWEN3, "bf16", "sdpa", LoraSpec(rank=8), {}, Recompute.none),
-    (OLMO2, "fp32", "eager", LoraSpec(rank=8), {}, Recompute.none),
+    (DEEPSEEK_V3, "fp32", "sdpa", LoraSpec(rank=8, targets=("all-linear",)), {}, Recompute.none),
+    (OLMO2, "fp32", "eager", LoraSpec(rank=8, targets=("q_proj", "v_proj")), {}, Recompute.none),
 ]
 
 
@@ -182,8 +187,10 @@ MEASURED = [
         "llama-qlora-nf4",
         "llama-qlora-dq-full",
         "mixtral-frozen-experts",
-        "qwen2-moe-frozen-experts",
+        "mixtral-all-linear-param-wrapper-full",
+        "qwen2-moe-all-linear-frozen-experts",
         "qwen3-qk-norm",
+        "deepseek-v3-all-linear-param-wrapper-fp32",
         "olmo2-post-norm-first-layer",
     ],
 )
@@ -214,13 +221,26 @@ def test_lora_on_moe_leaves_the_experts_frozen():
     """The analytic side of the MoE cases above, at full size: Mixtral-8x7B under LoRA trains
     the q/v adapters only, and its experts save no input for a weight gradient."""
     spec = preset("mixtral-8x7b")
-    lora = setup_param_counts(spec, TrainingSetup(seq=1024, lora=LoraSpec(rank=16)))
+    qv = LoraSpec(rank=16, targets=("q_proj", "v_proj"))
+    lora = setup_param_counts(spec, TrainingSetup(seq=1024, lora=qv))
     full = setup_param_counts(spec, TrainingSetup(seq=1024))
     assert lora.trainable == 32 * 16 * ((4096 + 4096) + (4096 + 1024))  # q_proj, v_proj A + B
     assert lora.total - lora.trainable == full.total
-    a = estimate(spec, TrainingSetup(seq=1024, lora=LoraSpec(rank=16)), GPU)
+    a = estimate(spec, TrainingSetup(seq=1024, lora=qv), GPU)
     b = estimate(spec, TrainingSetup(seq=1024), GPU)
     assert a.gradient_bytes < 10**8 < b.gradient_bytes
+
+
+def test_all_linear_on_mixtral_wraps_the_fused_experts_and_the_router():
+    """PEFT 0.21.2 under transformers 5 (``_convert_peft_config_moe``): all-linear on
+    Mixtral-8x7B adapts q/k/v/o, and with ``lora.ParamWrapper`` the router weight (r x h +
+    E x r), gate_up_proj at rank 2r (2r*E x h + 2m x 2r*E) and down_proj (r*E x m + h x r*E)."""
+    spec = preset("mixtral-8x7b")
+    r, h, kv, m, E = 16, 4096, 1024, 14336, 8
+    setup = TrainingSetup(seq=1024, lora=LoraSpec(rank=r, targets=("all-linear",)))
+    per_layer = r * (2 * (h + h) + 2 * (h + kv))  # q, o; k, v
+    per_layer += r * (h + E) + 2 * r * E * (h + 2 * m) + r * E * (m + h)
+    assert setup_param_counts(spec, setup).trainable == 32 * per_layer
 
 
 def test_targets_peft_refuses_are_a_one_line_error(capsys):

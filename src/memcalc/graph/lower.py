@@ -26,8 +26,9 @@ from memcalc.graph.ops import Block, Component, OpGraph, Saved, SpanInput
 from memcalc.graph.scope import Dims, FineTune, Scope
 from memcalc.spec.families import family_of
 from memcalc.spec.families.base import Implementation
-from memcalc.spec.finetune import ALL_LINEAR, AdapterDtype
+from memcalc.spec.finetune import AdapterDtype
 from memcalc.spec.model import ModelSpec, Positions
+from memcalc.spec.peft_lora import peft_targets
 from memcalc.spec.training import Attention, DType, Precision, TrainingSetup
 
 
@@ -85,22 +86,20 @@ def _block_mask(sc: Scope, dims: Dims) -> None:
 
 
 def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> FineTune | None:
-    """What a LoRA setup trains, resolved for this family (PEFT's default targets)."""
+    """What a LoRA setup trains, resolved for this family as PEFT 0.21.2 resolves it under
+    transformers 5 (``spec/peft_lora.py``): its default targets, the MoE conversion
+    to ``lora.ParamWrapper`` on the fused experts and the router, and PEFT's refusals."""
     lora = setup.lora
     if lora is None:
         return None
-    targets = lora.targets or impl.lora_targets
-    if targets is None:
-        raise MemcalcError(
-            f"--lora-targets: PEFT has no default target modules for {spec.family.value}; "
-            "name them (e.g. q_proj,v_proj) or use all-linear"
-        )
-    adapted = None if ALL_LINEAR in targets else frozenset(targets)
+    resolved = peft_targets(
+        spec.family.value, lora.targets, impl.lora_targets, impl.peft_moe, lora.dropout
+    )
     trained = set(lora.modules_to_save)
     if lora.train_embeddings:
         trained |= {"embed_tokens", "lm_head"}
     return FineTune(
-        adapted=adapted,
+        adapted=resolved.modules,
         rank=lora.rank,
         dropout=lora.dropout,
         adapter_dtype=DType.fp32 if lora.adapter_dtype is AdapterDtype.fp32 else None,
@@ -108,7 +107,27 @@ def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> 
         quantize=setup.quantize.value,
         upcast=setup.prepared_for_kbit,
         copied=frozenset(lora.modules_to_save),
+        excluded=resolved.excluded | _not_linear(spec, impl, resolved.modules),
+        wrapped=tuple(sorted(resolved.params.items())),
     )
+
+
+def _not_linear(spec: ModelSpec, impl: Implementation, modules: frozenset[str] | None) -> set[str]:
+    """The router's leaf name: every transformers 5.24 MoE router is a module of its own with
+    a weight parameter, no ``nn.Linear`` (``MixtralTopKRouter``, ``Qwen2MoeTopKRouter``,
+    ``Qwen3MoeTopKRouter``, ``DeepseekV2TopkRouter``, ``DeepseekV3TopkRouter``), so
+    ``all-linear`` skips it (``_maybe_include_all_linear_layers``) and naming it is refused
+    (``LoraModel._create_new_module``: not a supported module type)."""
+    if spec.moe is None:
+        return set()
+    leaf = FineTune.leaf(impl.names["router"])
+    if modules is not None and leaf in modules:
+        raise MemcalcError(
+            f"--lora-targets: PEFT cannot adapt {leaf}, the {spec.family.value} router: it is no "
+            'nn.Linear in transformers 5.24 ("Target module ... is not supported", '
+            "peft/tuners/lora/model.py _create_new_module); name other targets or all-linear"
+        )
+    return {leaf}
 
 
 DEVICES = ("cuda", "cpu", "traced")

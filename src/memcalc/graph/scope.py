@@ -33,6 +33,12 @@ class FineTune:
     """Leaf names of the PEFT ``modules_to_save``: trained as a copy beside the frozen original
     (``peft/utils/other.py`` ``ModulesToSaveWrapper.update``: ``copy.deepcopy(
     self.original_module)``, then ``self.original_module.requires_grad_(False)``)."""
+    excluded: frozenset[str] = frozenset()
+    """Leaf names never adapted as modules (PEFT's MoE conversion moves them to parameters;
+    routers that are no nn.Linear)."""
+    wrapped: tuple[tuple[str, int], ...] = ()
+    """Parameters adapted by PEFT ``lora.ParamWrapper``, by key suffix (``gate_up_proj``,
+    ``gate.weight``), with their rank multiplier (2: a fused pair, ``rank_pattern``)."""
 
     @staticmethod
     def leaf(name: str) -> str:
@@ -47,9 +53,17 @@ class FineTune:
 
     def adapts(self, name: str) -> bool:
         leaf = self.leaf(name)
-        if leaf == "lm_head" or self.trains(name):
+        if leaf == "lm_head" or self.trains(name) or leaf in self.excluded:
             return False
         return self.adapted is None or leaf in self.adapted
+
+    def wrap_rank(self, key: str) -> int:
+        """The LoRA rank of ``lora.ParamWrapper`` on parameter ``key`` (its name ending in a
+        wrapped suffix, as ``BaseTuner._inject_parameters`` matches); 0: not wrapped."""
+        for suffix, times in self.wrapped:
+            if key == suffix or key.endswith(f".{suffix}"):
+                return self.rank * times
+        return 0
 
 
 @dataclass

@@ -43,7 +43,7 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
 
     ft = finetune_of(spec, setup, family_of(spec).impl)
     assert ft is not None
-    targets: Any = ALL_LINEAR if ft.adapted is None else sorted(ft.adapted)
+    targets = _peft_target_modules(lora.targets)
     config = peft.LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
@@ -69,6 +69,15 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
             if any(f"{m}." in name for m in ("embed_tokens", "lm_head")):
                 p.requires_grad_(True)
     return wrapped
+
+
+def _peft_target_modules(targets: tuple[str, ...]) -> Any:
+    """``LoraConfig.target_modules`` as a user writes it: the targets given, ``"all-linear"``,
+    or None for PEFT's default -- PEFT itself then resolves them (its transformers-5 MoE
+    conversion to ``target_parameters`` included), as ``finetune_of`` models."""
+    if not targets:
+        return None
+    return ALL_LINEAR if ALL_LINEAR in targets else sorted(targets)
 
 
 def _quantize(model: nn.Module, how: Quantize) -> None:

@@ -130,7 +130,8 @@ def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) 
         # the router's weight is an nn.Parameter of its own module (not nn.Linear): frozen
         # under LoRA, when mm saves the input copy no more (only mat2's gradient needs it)
         trained = sc.trainable(name)
-        copies = [Saved(f"{name}.in_fp32", T * h, DType.fp32)] if trained else []
+        wrapped = _wrapped_router(sc, name, x, T, h, E, saves_weight=False)
+        copies = [Saved(f"{name}.in_fp32", T * h, DType.fp32)] if trained or wrapped else []
         if x.needs_grad:
             copies.append(Saved(f"{name}.weight_fp32", E * h, DType.fp32))
         sc.add(
@@ -148,6 +149,7 @@ def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) 
         logits = DType.fp32
     else:
         logits = linear(sc, name, MLP, x, T, h, E, dims.p).dtype
+        _wrapped_router(sc, name, x, T, h, E, saves_weight=True, dtype=dims.p)
     if moe.router is Router.sigmoid:
         scores = Saved(f"{name}.scores", T * E, logits)
         sc.add(f"{name}.sigmoid", MLP, [scores], 4 * T * E, "aten.sigmoid: saves result")
@@ -190,6 +192,95 @@ def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) 
     if impl.router_weights_to_logits_dtype:
         values = logits
     return Saved(f"{name}.weights", T * k, values)
+
+
+def _wrapped_router(
+    sc: Scope,
+    name: str,
+    x: Saved,
+    T: int,
+    h: int,
+    E: int,
+    *,
+    saves_weight: bool,
+    dtype: DType = DType.fp32,
+) -> bool:
+    """PEFT ``lora.ParamWrapper`` on the router's ``weight`` (E x h, 2-D: one "expert"):
+    ``lora_A`` (r x h) and ``lora_B`` (E x r) in the adapter dtype; on each forward
+    ``_activate_lora`` parametrizes the weight as ``W + (B @ A * scaling).to(W.dtype)``
+    (``get_delta_weight`` -> ``_LoraParameterProxy.forward``), so the router's matmul gets a
+    weight that needs a gradient: ``F.linear`` saves its input (for the weight's gradient) and,
+    when the input needs one, the merged weight (E x h; ``saves_weight``: the DeepSeek fp32
+    router saves its fp32 copy of it instead). True when the router is wrapped."""
+    ft = sc.finetune
+    r = ft.wrap_rank(f"{name}.weight") if ft is not None else 0
+    if not r:
+        return False
+    assert ft is not None
+    adapter = ft.adapter_dtype or dtype
+    saves: list[Saved] = []
+    if saves_weight:
+        saves = [sc.matmul_input(x, name)]
+        if x.needs_grad and sc.autocast is None:
+            # under autocast the frozen linear's weight cast (``linear``) is this cast of W + BA
+            merged = sc.param_dtype(name) or dtype
+            saves.append(Saved(f"{name}.merged_weight", E * h, merged))
+    sc.add(
+        f"{name}.lora",
+        MLP,
+        saves,
+        matmul_flops(E, r, h),
+        "peft lora.ParamWrapper (router weight): F.linear(x, W + BA) saves x and W + BA",
+        grads=2 * E * h * dtype.itemsize,
+        params=r * (h + E),
+        weights=(
+            ParamTensor(f"{name}.lora_A.weight", (r, h), "mlp", True, adapter),
+            ParamTensor(f"{name}.lora_B.weight", (E, r), "mlp", True, adapter),
+        ),
+    )
+    return True
+
+
+def _expert_wrapper(
+    sc: Scope, name: str, E: int, n_in: int, n_out: int, weight: DType, saves_merged: bool
+) -> bool:
+    """PEFT ``lora.ParamWrapper`` on a fused 3-D expert parameter (E x n_out x n_in):
+    ``lora_A`` (R*E x n_in), ``lora_B`` (n_out x R*E), R the wrapper's rank (2r for the fused
+    gate_up pair). One adapter on a multi-expert stack takes ``_LoraFactorsProxy``
+    (``_activate_lora``): ``get_delta_factors`` reshapes the factors to (E x R x n_in) and
+    (E x n_out x R) and casts them to the weight's dtype (``lhs.to(param.dtype)``: copies when
+    the adapters are fp32), and ``torch.baddbmm(W, lhs, rhs)`` (autocast off) makes the merged
+    stack W + BA (E x n_out x n_in, the weight's dtype), which the grouped matmul then saves
+    when its input needs a gradient; baddbmm saves both factors. True when wrapped."""
+    ft = sc.finetune
+    R = ft.wrap_rank(name) if ft is not None else 0
+    if not R:
+        return False
+    assert ft is not None
+    adapter = ft.adapter_dtype or weight
+    saves: list[Saved] = []
+    if adapter is not weight:
+        saves = [
+            Saved(f"{name}.lora_lhs", E * n_out * R, weight),
+            Saved(f"{name}.lora_rhs", E * R * n_in, weight),
+        ]
+    if saves_merged:
+        saves.append(Saved(f"{name}.merged", E * n_out * n_in, weight))
+    sc.add(
+        f"{name}.lora",
+        MLP,
+        saves,
+        2 * E * n_out * R * n_in,
+        "peft lora.ParamWrapper (fused experts): baddbmm(W, lhs, rhs) saves lhs and rhs; "
+        "the grouped matmul saves the merged W + BA",
+        grads=E * n_out * n_in * weight.itemsize,
+        params=R * E * (n_in + n_out),
+        weights=(
+            ParamTensor(f"{name}.lora_A.weight", (R * E, n_in), "mlp", True, adapter),
+            ParamTensor(f"{name}.lora_B.weight", (n_out, R * E), "mlp", True, adapter),
+        ),
+    )
+    return True
 
 
 def routed_experts(
@@ -249,6 +340,11 @@ def routed_experts(
     # quantization) leave them frozen base weights unless targeted by name; _grouped_mm saves
     # its input only for mat2's gradient (derivatives.yaml: mat2 uses self), offs always.
     trained = sc.trainable(f"{ex}.gate_up_proj")
+    weight_dtype = sc.param_dtype(f"{ex}.gate_up_proj") or dtype
+    gu_wrapped = _expert_wrapper(
+        sc, f"{ex}.gate_up_proj", E, h, 2 * m, weight_dtype, saves_merged=x.needs_grad
+    )
+    gu_saves = trained or gu_wrapped  # the input, for the (merged) weight's gradient
     source = (
         "aten._grouped_mm: saves self and offs (mat2 is the parameter)"
         if trained
@@ -263,7 +359,7 @@ def routed_experts(
     sc.add(
         f"{ex}.gate_up_proj",
         MLP,
-        [offsets, gathered] if trained else [offsets],
+        [offsets, gathered] if gu_saves else [offsets],
         matmul_flops(S, h, 2 * m),
         source,
         grads=(S * h + S * 2 * m) * dtype.itemsize + pending,
@@ -291,11 +387,14 @@ def routed_experts(
         grads=3 * S * m * dtype.itemsize + pending,
     )
     product = Saved(f"{ex}.product", S * m, dtype)
+    dn_wrapped = _expert_wrapper(
+        sc, f"{ex}.down_proj", E, m, h, weight_dtype, saves_merged=x.needs_grad or gu_wrapped
+    )
     down = Saved(f"{ex}.down_proj.out", S * h, dtype)
     sc.add(
         f"{ex}.down_proj",
         MLP,
-        [offsets, product] if trained else [offsets],
+        [offsets, product] if trained or dn_wrapped else [offsets],
         matmul_flops(S, m, h),
         source,
         grads=(S * m + S * h) * dtype.itemsize + pending,

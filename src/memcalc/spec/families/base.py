@@ -12,6 +12,7 @@ from memcalc.errors import MemcalcError
 from memcalc.frameworks.features import NormKernel, RotaryCache, SdpaGqa
 from memcalc.periodic import smallest_period
 from memcalc.spec.model import Family, FamilyRules, LayerType, ModelSpec, register_family_rules
+from memcalc.spec.peft_lora import PeftMoeConversion
 from memcalc.validate import FieldError
 
 LLAMA_NAMES: dict[str, str] = {
@@ -163,8 +164,11 @@ class Implementation:
 
     lora_targets: tuple[str, ...] | None = ("q_proj", "v_proj")
     """PEFT's default LoRA targets for the family
-    (``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``); None: PEFT has none and asks for
-    target_modules."""
+    (peft 0.21.2 ``utils/constants.py`` ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``);
+    None: the model type has no entry and PEFT asks for target_modules."""
+    peft_moe: PeftMoeConversion | None = None
+    """PEFT's transformers-5 MoE target conversion for the family (``peft_lora.py``): the
+    fused experts and the router adapted as parameters; None: not converted."""
 
     def mlp_name(self, prefix: str) -> Callable[[str], str]:
         """Op names of an MLP under ``prefix`` (``mlp``, or e.g. a shared expert's)."""

@@ -37,10 +37,13 @@ from memcalc.spec.families.base import (
     split_layers,
 )
 from memcalc.spec.model import MAX_LAYERS, Family, LayerType, MlaSpec, ModelSpec, MoeSpec, Router
+from memcalc.spec.peft_lora import QWEN2_MOE_LAYOUT
 from memcalc.validate import FieldError
 
-V2 = Implementation(complex_rotary=True)
-V3 = Implementation()
+# transformers conversion_mapping.py _MODEL_TO_CONVERSION_PATTERN: "deepseek_v2" / "deepseek_v3":
+# "qwen2_moe"; neither is a key of PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+V2 = Implementation(complex_rotary=True, lora_targets=None, peft_moe=QWEN2_MOE_LAYOUT)
+V3 = Implementation(lora_targets=None, peft_moe=QWEN2_MOE_LAYOUT)
 
 
 def _common(c: HfConfig, family: Family) -> dict[str, Any]:

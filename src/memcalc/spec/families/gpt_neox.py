@@ -17,6 +17,8 @@ from memcalc.spec.model import Activation, Family, Mlp, ModelSpec, Norm
 from memcalc.validate import FieldError
 
 IMPL = Implementation(
+    # peft 0.21.2 utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["gpt_neox"]
+    lora_targets=("query_key_value",),
     # GPTNeoXLayer registers both norms, then attention and mlp
     module_order=("input_layernorm", "post_attention_layernorm", "attn.", "mlp."),
     names={

@@ -19,8 +19,10 @@ from memcalc.spec.families.base import (
     require,
 )
 from memcalc.spec.model import Family, LayerType, ModelSpec, MoeSpec, QkNorm, Router
+from memcalc.spec.peft_lora import MIXTRAL_LAYOUT
 
-IMPL = Implementation()
+# peft utils/transformers_weight_conversion.py: _MODEL_TO_CONVERSION_PATTERN["mixtral"] = "mixtral"
+IMPL = Implementation(peft_moe=MIXTRAL_LAYOUT)
 
 
 def mixtral_from_hf(cfg: Mapping[str, Any], source: str) -> ModelSpec:

@@ -22,7 +22,13 @@ from memcalc.spec.families.base import (
 )
 from memcalc.spec.model import Family, ModelSpec, Norm, NormPlacement, QkNorm
 
-IMPL = Implementation(rotary_tables_fp32=True, rotary_keeps_q_dtype=True)
+IMPL = Implementation(
+    rotary_tables_fp32=True,
+    rotary_keeps_q_dtype=True,
+    # no "olmo2" key in peft 0.21.2 utils/constants.py
+    # TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    lora_targets=None,
+)
 
 DEFAULTS: dict[str, Any] = {
     "norm": Norm.rms_norm_fp32_weight,

@@ -25,6 +25,9 @@ from memcalc.spec.model import Family, LayerType, ModelSpec
 from memcalc.validate import FieldError
 
 IMPL = Implementation(
+    # no "phi3" key in peft 0.21.2 utils/constants.py
+    # TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    lora_targets=None,
     # Phi3Attention registers o_proj before qkv_proj
     module_order=("attn.o_proj", "attn.", "mlp.", "input_layernorm", "post_attention_layernorm"),
     names={**LLAMA_NAMES, "attn_dropout": "resid_attn_dropout", "mlp_dropout": "resid_mlp_dropout"},

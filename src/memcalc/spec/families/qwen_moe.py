@@ -34,13 +34,22 @@ from memcalc.spec.families.base import (
     split_layers,
 )
 from memcalc.spec.model import Family, LayerType, ModelSpec, MoeSpec, QkNorm, Router
+from memcalc.spec.peft_lora import QWEN2_MOE_LAYOUT
 
 QWEN2_MOE = Implementation(
     names={**LLAMA_NAMES, "shared_experts": "mlp.shared_expert"},
     router_weights_to_logits_dtype=True,
     shared_expert_first=True,
+    # no "qwen2_moe" key in PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING, and no
+    # MoE conversion (qwen2_moe is no key of _MODEL_TO_CONVERSION_PATTERN): all-linear adapts
+    # the nn.Linear shared expert and its gate, not the fused experts or the router
+    lora_targets=None,
 )
-QWEN3_MOE = Implementation(router_weights_to_logits_dtype=True)
+QWEN3_MOE = Implementation(
+    router_weights_to_logits_dtype=True,
+    lora_targets=None,
+    peft_moe=QWEN2_MOE_LAYOUT,  # transformers conversion_mapping.py: "qwen3_moe": "qwen2_moe"
+)
 
 
 def _index_list(c: HfConfig, key: str) -> set[int]:
