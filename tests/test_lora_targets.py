@@ -72,9 +72,7 @@ def test_lora_dropout_refused_where_pefts_param_wrapper_refuses_it(stem):
 
 def test_half_a_fused_pair_is_refused_with_pefts_reason():
     spec = load_model(str(next(p for p in TINY if p.stem == "qwen3_moe")))
-    with pytest.raises(
-        MemcalcError, match="--lora-targets: PEFT refuses gate_proj without"
-    ):
+    with pytest.raises(MemcalcError, match="--lora-targets: PEFT refuses gate_proj without"):
         setup_param_counts(spec, _setup(("gate_proj", "q_proj")))
 
 

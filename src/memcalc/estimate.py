@@ -18,7 +18,6 @@ from memcalc.graph.ops import Block, Component, Gemm, OpGraph
 from memcalc.optimizer import OptimizerBytes, optimizer_bytes
 from memcalc.params import ParamCounts, graph_param_counts, setup_param_counts
 from memcalc.profiles import GpuProfile
-from memcalc.spec.finetune import with_kbit_input_grads
 from memcalc.spec.megatron_setup import for_gpu
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
@@ -277,7 +276,7 @@ def estimate(
         spec = spec.with_dropout(setup.dropout)
         setup = setup.replace(dropout=None)
     setup = for_gpu(setup, gpu.compute_capability)
-    setup = with_kbit_input_grads(setup, options.recompute is not Recompute.none)
+    setup = setup.with_kbit_input_grads(options.recompute is not Recompute.none)
     graph = graph or lower_cached(spec, setup, device=device)
     tied = "tied embedding counted once" if spec.tie_embeddings else "untied embedding and LM head"
     par = setup.parallel

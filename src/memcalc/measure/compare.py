@@ -53,10 +53,9 @@ def estimate_for(
     of data-parallel rank ``dp_rank`` where the engine's ranks differ (None: the busiest)."""
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
-    from memcalc.spec.finetune import with_kbit_input_grads
     from memcalc.strategies.recompute import Recompute
 
-    setup = with_kbit_input_grads(setup, options.recompute is not Recompute.none)
+    setup = setup.with_kbit_input_grads(options.recompute is not Recompute.none)
     code = setup.framework_def.model_code
     if setup.parallel.world_size > 1 and code is not ModelCode.torchtitan:
         setup = setup.replace(framework=FrameworkName.hf)  # torch's DTensor and pipelining

@@ -243,10 +243,9 @@ def measure(
         raise MemcalcError("--lora-rank: LoRA is measured on the HF model: --framework hf")
     if setup.dropout is not None:
         spec, setup = spec.with_dropout(setup.dropout), setup.replace(dropout=None)
-    from memcalc.spec.finetune import with_kbit_input_grads
 
     # as a user's script: prepare_model_for_kbit_training(use_gradient_checkpointing=...)
-    setup = with_kbit_input_grads(setup, recompute is not Recompute.none)
+    setup = setup.with_kbit_input_grads(recompute is not Recompute.none)
     what = check_offload(offload)
     say = progress or (lambda _msg: None)
     notes = device_notes(spec, setup, dev)

@@ -29,12 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from memcalc.validate import FieldError, check, spec_field
-
-if TYPE_CHECKING:
-    from memcalc.spec.training import TrainingSetup
 
 
 class Quantize(str, Enum):
@@ -115,22 +111,3 @@ class LoraSpec:
     def _check(self) -> None:
         if ALL_LINEAR in self.targets and len(self.targets) > 1:
             raise FieldError("targets", f"{ALL_LINEAR} stands alone")
-
-
-def with_kbit_input_grads(setup: TrainingSetup, checkpointing: bool) -> TrainingSetup:
-    """``setup`` with input grads as PEFT's k-bit preparation leaves them when the user did not
-    say: ``peft/utils/other.py`` ``prepare_model_for_kbit_training`` calls
-    ``model.enable_input_require_grads()`` only ``if ... and use_gradient_checkpointing``
-    (which also turns gradient checkpointing on), so a step without recompute runs with a
-    first layer whose input needs no grad.
-
-    >>> from memcalc.spec.training import TrainingSetup
-    >>> s = TrainingSetup(lora=LoraSpec(rank=8), quantize="nf4")
-    >>> with_kbit_input_grads(s, False).embedding_output_requires_grad
-    False
-    >>> with_kbit_input_grads(s, True).embedding_output_requires_grad
-    True
-    """
-    if setup.lora is None or setup.input_grads is not None or not setup.prepared_for_kbit:
-        return setup
-    return setup.replace(input_grads=checkpointing)

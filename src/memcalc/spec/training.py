@@ -320,6 +320,23 @@ class TrainingSetup:
         elif self.deepspeed is not None:
             raise FieldError("deepspeed", "DeepSpeed settings need --zero-engine deepspeed")
 
+    def with_kbit_input_grads(self, checkpointing: bool) -> TrainingSetup:
+        """This setup with input grads as PEFT's k-bit preparation leaves them when the user
+        did not say: ``peft/utils/other.py`` ``prepare_model_for_kbit_training`` calls
+        ``model.enable_input_require_grads()`` only ``if ... and use_gradient_checkpointing``
+        (which also turns gradient checkpointing on), so a step without recompute runs with a
+        first layer whose input needs no grad.
+
+        >>> s = TrainingSetup(lora=LoraSpec(rank=8), quantize="nf4")
+        >>> s.with_kbit_input_grads(False).embedding_output_requires_grad
+        False
+        >>> s.with_kbit_input_grads(True).embedding_output_requires_grad
+        True
+        """
+        if self.lora is None or self.input_grads is not None or not self.prepared_for_kbit:
+            return self
+        return self.replace(input_grads=checkpointing)
+
     def replace(self, **changes: object) -> TrainingSetup:
         """A copy with ``changes``, validated."""
         return replace(self, **changes)
