@@ -14,7 +14,7 @@ from memcalc.estimate import Options, estimate
 from memcalc.graph.lower import lower
 from memcalc.graph.ops import Component
 from memcalc.profiles import load_profile
-from memcalc.spec.finetune import LoraSpec, with_kbit_input_grads
+from memcalc.spec.finetune import LoraSpec
 from memcalc.spec.loaders import load_model
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.training import TrainingSetup
@@ -103,10 +103,10 @@ def test_mlp_only_targets_leave_the_first_attention_saving_nothing():
 
 def test_kbit_preparation_enables_input_grads_only_with_checkpointing():
     s = _setup(quantize="nf4")
-    assert not with_kbit_input_grads(s, checkpointing=False).embedding_output_requires_grad
-    assert with_kbit_input_grads(s, checkpointing=True).embedding_output_requires_grad
+    assert not s.with_kbit_input_grads(checkpointing=False).embedding_output_requires_grad
+    assert s.with_kbit_input_grads(checkpointing=True).embedding_output_requires_grad
     asked = _setup(quantize="nf4", input_grads=True)
-    assert with_kbit_input_grads(asked, checkpointing=False).embedding_output_requires_grad
+    assert asked.with_kbit_input_grads(checkpointing=False).embedding_output_requires_grad
     none = estimate(LLAMA, s, GPU)
     with_grads = estimate(LLAMA, asked, GPU)
     assert none.activation_bytes < with_grads.activation_bytes
