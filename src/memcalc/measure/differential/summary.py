@@ -126,3 +126,22 @@ def worst(outcomes: Sequence[Outcome], n: int = 10) -> list[Outcome]:
     ran = [o for o in outcomes if o.status == "run"]
     ranked = sorted(ran, key=lambda o: -checks(o.estimate, o.measured).worst)
     return [o for o in ranked[:n] if not passes(o)]
+
+
+def suspects(outcomes: Sequence[Outcome], field: str) -> list[tuple[str, Any, int, int]]:
+    """(flag, value, cases missing ``field``, cases run) for every flag value, the values whose
+    cases miss ``field`` most often first: where to look for a cause."""
+    from memcalc.measure.differential.sampler import flag_values
+
+    table: dict[tuple[str, Any], list[int]] = {}
+    for o in outcomes:
+        if o.status != "run":
+            continue
+        miss = field in checks(o.estimate, o.measured).misses
+        for flag, values in flag_values([o.case]).items():
+            for value in values:
+                counts = table.setdefault((flag, value), [0, 0])
+                counts[0] += miss
+                counts[1] += 1
+    rows = [(flag, value, m, n) for (flag, value), (m, n) in table.items()]
+    return sorted(rows, key=lambda r: (-r[2] / r[3], -r[3]))
