@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = draw_cases(args.lora, args.full, args.seed, every_value=args.every_value)
     # LoRA and full cases alternate, so a run stopped early has both kinds
     lora, full = cases[: args.lora], cases[args.lora :]
-    mixed = [c for pair in zip(lora, full) for c in pair]
+    mixed = [c for pair in zip(lora, full, strict=False) for c in pair]
     mixed += lora[len(full) :] + full[len(lora) :]
     i, n = (int(x) for x in args.shard.split("/"))
     cases = mixed[i::n]

@@ -181,6 +181,7 @@ def _trace(case: Case, setup: Any, options: Any, out: Outcome) -> None:
             setup.replace(dropout=None),
             load_profile(GPU),
             options,
+            device="cpu",  # as measure's own estimate: CPU kernels (Adam's step on the device)
         )
     except Exception as e:
         out.trace_reason = f"{type(e).__name__}: {_one_line(e)}"
