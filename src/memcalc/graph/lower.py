@@ -27,7 +27,7 @@ from memcalc.graph.scope import Dims, FineTune, Scope
 from memcalc.spec.families import family_of
 from memcalc.spec.families.base import Implementation
 from memcalc.spec.finetune import AdapterDtype
-from memcalc.spec.model import ModelSpec, Positions
+from memcalc.spec.model import LayerType, ModelSpec, Positions
 from memcalc.spec.peft_lora import peft_targets
 from memcalc.spec.training import Attention, DType, Precision, TrainingSetup
 
@@ -302,21 +302,8 @@ def lower_hf(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> OpG
         # a trained embedding (modules_to_save) has an output that requires grad
         ft is not None and ft.trains(impl.names["embed_tokens"])
     )
-
-    # a layer kind: (its type, whether its input needs a gradient)
-    kinds_of = [(t, True) for t in (*spec.first_layers, *spec.layer_pattern)]
-    if not first_grad:
-        kinds_of.insert(0, (spec.layer_type(0), False))
-    types = list(dict.fromkeys(kinds_of))
+    types, layout = _layer_kinds(spec, first_grad)
     index = {t: i for i, t in enumerate(types)}
-    head = [index[(t, True)] for t in spec.first_layers]
-    if not first_grad:
-        head = [index[(spec.layer_type(0), False)], *head[1:]]
-    period = [index[(t, True)] for t in spec.layer_pattern]
-    if not first_grad and not spec.first_layers:
-        # the pattern starts again after the first layer
-        period = period[1:] + period[:1]
-    layout = LayerLayout.periodic(period, spec.num_layers, head=head)
     counts = layout.counts(len(types))
     kinds: list[Block] = []
     shared: dict[str, Saved] = {}
@@ -336,12 +323,73 @@ def lower_hf(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> OpG
 
     present = list(dict.fromkeys(t for (t, _), n in zip(types, counts, strict=True) if n))
     pro = Scope(finetune=ft)
+    table = _prologue(pro, spec, impl, dims, setup, present, shared, first_grad)
+    extra = _checkpoint_kept(spec, impl, dims, setup, present)
+    span_inputs = _span_inputs(spec, impl, dims, types, present, extra, table)
+
+    epi = _scope(setup, ft)
+    logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)
+    if spec.moe is not None and spec.moe.aux_loss and spec.moe_layers:
+        transient += aux_loss(epi, spec, impl, dims)
+    cache = _rotary_cache_bytes(spec, impl, dims, setup.seq)
+    per_layer = impl.rotary_cache is RotaryCache.per_layer
+    return OpGraph(
+        tuple(pro.ops),
+        tuple(kinds),
+        layout,
+        tuple(epi.ops),
+        extra,
+        logits,
+        transient,
+        tuple(span_inputs),
+        param_order=tuple(registration_order(blk, impl.module_order) for blk in kinds),
+        buffer_bytes_per_layer=cache if per_layer else 0,
+        buffer_bytes_shared=0 if per_layer else cache,
+    )
+
+
+def _layer_kinds(
+    spec: ModelSpec, first_grad: bool
+) -> tuple[list[tuple[LayerType, bool]], LayerLayout]:
+    """The distinct layer kinds -- (layer type, whether its input needs a gradient) -- and
+    the layout of the model's layers over them: without an input gradient the first layer is
+    a kind of its own."""
+    # a layer kind: (its type, whether its input needs a gradient)
+    kinds_of = [(t, True) for t in (*spec.first_layers, *spec.layer_pattern)]
+    if not first_grad:
+        kinds_of.insert(0, (spec.layer_type(0), False))
+    types = list(dict.fromkeys(kinds_of))
+    index = {t: i for i, t in enumerate(types)}
+    head = [index[(t, True)] for t in spec.first_layers]
+    if not first_grad:
+        head = [index[(spec.layer_type(0), False)], *head[1:]]
+    period = [index[(t, True)] for t in spec.layer_pattern]
+    if not first_grad and not spec.first_layers:
+        # the pattern starts again after the first layer
+        period = period[1:] + period[:1]
+    layout = LayerLayout.periodic(period, spec.num_layers, head=head)
+    return types, layout
+
+
+def _prologue(
+    pro: Scope,
+    spec: ModelSpec,
+    impl: Implementation,
+    dims: Dims,
+    setup: TrainingSetup,
+    present: list[LayerType],
+    shared: dict[str, Saved],
+    first_grad: bool,
+) -> DType:
+    """The ops before the first layer: embeddings, the flex block mask, the rotary tables and
+    the tensors every layer's ops save (masks), counted once. Returns the rotary tables'
+    dtype."""
+    table = DType.fp32 if impl.rotary_tables_fp32 else dims.r
     embeddings(pro, spec, impl, dims, output_grad=first_grad)
     if setup.attention is Attention.flex:
         _block_mask(pro, dims)
     if spec.positions is Positions.rotary and impl.rotary_tables_saved:
         spans = {t.is_sliding for t in present} if impl.rotary_per_span else {False}
-        table = DType.fp32 if impl.rotary_tables_fp32 else dims.r
         rotary_tables(
             pro, spec, dims, pairs=len(spans), dtype=table, complex_table=impl.complex_rotary
         )
@@ -354,6 +402,18 @@ def lower_hf(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> OpG
             "tensors the model makes once and every layer's ops save (masks): counted once",
         )
 
+    return table
+
+
+def _checkpoint_kept(
+    spec: ModelSpec,
+    impl: Implementation,
+    dims: Dims,
+    setup: TrainingSetup,
+    present: list[LayerType],
+) -> tuple[Saved, ...]:
+    """Tensors the model passes to every layer that a checkpoint keeps alive once (masks,
+    position ids)."""
     extra: tuple[Saved, ...] = ()
     if setup.attention is Attention.eager:
         # HF materialises a (b, 1, s, s) additive mask (stream dtype) per attention span for
@@ -380,7 +440,20 @@ def lower_hf(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> OpG
         # closure is what keeps them.
         rows = dims.b if impl.position_ids_batched else 1
         extra += (Saved("position_ids", rows * dims.s, DType.int64),)
+    return extra
 
+
+def _span_inputs(
+    spec: ModelSpec,
+    impl: Implementation,
+    dims: Dims,
+    types: list[tuple[LayerType, bool]],
+    present: list[LayerType],
+    extra: tuple[Saved, ...],
+    table: DType,
+) -> list[SpanInput]:
+    """The inputs only one attention span's layers read (its mask and rotary tables)."""
+    index = {t: i for i, t in enumerate(types)}
     # Two attention spans: each span's mask and rotary tables are read by its layers only
     # (HF Gemma 2 / 3: causal_mask_mapping[config.layer_types[i]], position_embeddings[...]).
     span_kinds = {
@@ -399,26 +472,7 @@ def lower_hf(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> OpG
             for t in extra
             if t.name.endswith(("_sliding_mask", "_causal_mask"))
         ]
-
-    epi = _scope(setup, ft)
-    logits, transient = head_and_loss(epi, spec, impl, dims, setup.loss)
-    if spec.moe is not None and spec.moe.aux_loss and spec.moe_layers:
-        transient += aux_loss(epi, spec, impl, dims)
-    cache = _rotary_cache_bytes(spec, impl, dims, setup.seq)
-    per_layer = impl.rotary_cache is RotaryCache.per_layer
-    return OpGraph(
-        tuple(pro.ops),
-        tuple(kinds),
-        layout,
-        tuple(epi.ops),
-        extra,
-        logits,
-        transient,
-        tuple(span_inputs),
-        param_order=tuple(registration_order(blk, impl.module_order) for blk in kinds),
-        buffer_bytes_per_layer=cache if per_layer else 0,
-        buffer_bytes_shared=0 if per_layer else cache,
-    )
+    return span_inputs
 
 
 def _rotary_cache_bytes(spec: ModelSpec, impl: Implementation, dims: Dims, seq: int) -> int:

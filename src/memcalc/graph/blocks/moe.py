@@ -318,23 +318,7 @@ def routed_experts(
     dtype = DType.fp32 if sc.autocast is not None else dims.p  # the expert weights' dtype
     k = moe.top_k
     offsets = Saved(f"{ex}.offsets", E, DType.int32)
-    sc.add(
-        f"{ex}.gather",
-        MLP,
-        [Saved(f"{ex}.token_index", S, DType.int64)],
-        0,
-        "aten.index(x, perm // k): saves indices",
-    )
-    gathered = Saved(f"{ex}.gathered", S * h, x.dtype)
-    if x.dtype is not dtype:
-        gathered = Saved(f"{ex}.gathered.cast", S * h, dtype)  # input.to(weight.dtype)
-    sc.add(
-        f"{ex}.weights_gather",
-        MLP,
-        [Saved(f"{ex}.perm", S, DType.int64)],
-        0,
-        "aten.index(weights, perm): saves indices",
-    )
+    gathered = _dispatch(sc, ex, S, h, x, dtype)
     active = min(k, E) * 2 * m * h  # this rank's share of a token's experts
     # The experts are fused nn.Parameters, not nn.Linear: PEFT's LoRA (and bitsandbytes'
     # quantization) leave them frozen base weights unless targeted by name; _grouped_mm saves
@@ -411,6 +395,46 @@ def routed_experts(
         ),
         work=Gemm(rows, m, h, mm_dtype, E, True, trained),
     )
+    _combine(sc, moe, dims, ex, S, down, weights, dtype, pending)
+
+
+def _dispatch(sc: Scope, ex: str, S: int, h: int, x: Saved, dtype: DType) -> Saved:
+    """``x[perm // k]`` and ``weights[perm]`` (each saves its int64 indices): the gathered
+    input copy, cast to the experts' dtype when it differs."""
+    sc.add(
+        f"{ex}.gather",
+        MLP,
+        [Saved(f"{ex}.token_index", S, DType.int64)],
+        0,
+        "aten.index(x, perm // k): saves indices",
+    )
+    gathered = Saved(f"{ex}.gathered", S * h, x.dtype)
+    if x.dtype is not dtype:
+        gathered = Saved(f"{ex}.gathered.cast", S * h, dtype)  # input.to(weight.dtype)
+    sc.add(
+        f"{ex}.weights_gather",
+        MLP,
+        [Saved(f"{ex}.perm", S, DType.int64)],
+        0,
+        "aten.index(weights, perm): saves indices",
+    )
+    return gathered
+
+
+def _combine(
+    sc: Scope,
+    moe: MoeSpec,
+    dims: Dims,
+    ex: str,
+    S: int,
+    down: Saved,
+    weights: Saved,
+    dtype: DType,
+    pending: int,
+) -> None:
+    """``out * w_g`` (saves both), ``[inv_perm]`` (saves inv_perm) and the sum over the k
+    experts of each token."""
+    h = dims.h
     w_g = Saved(f"{ex}.weights_sorted", S, weights.dtype)
     weighted = DType.fp32 if DType.fp32 in (dtype, weights.dtype) else dtype
     sc.add(
