@@ -40,6 +40,7 @@ from memcalc.quiz.kinds_finetune import frozen_words
 from memcalc.quiz.templates import LABELS
 from memcalc.report.estimate import describe, glance
 from memcalc.spec.compat import framework_fallback
+from memcalc.spec.families import family_of
 from memcalc.spec.finetune import ALL_LINEAR, LoraSpec, Quantize
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
@@ -156,7 +157,10 @@ class Oracle:
     def lora_setup(self) -> TrainingSetup:
         if self.setup.lora is not None:
             return self.setup
-        for targets in ((), (ALL_LINEAR,)):
+        # PEFT's default targets; where PEFT refuses them (a mixture of experts under
+        # transformers 5), the family's mapped ones named; then every linear
+        mapped = tuple(family_of(self.spec).impl.lora_targets or ())
+        for targets in dict.fromkeys(((), mapped, (ALL_LINEAR,))):
             s = self.setup.replace(lora=LoraSpec(rank=16, targets=targets))
             if self.maybe(s) is not None:
                 return s

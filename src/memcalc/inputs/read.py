@@ -91,8 +91,10 @@ def read_inputs(
     profiles = tuple(_profile(name, values, named) for name in gpu_names)
     if values.get("megatron_args") is not None:
         return _megatron_inputs(values, given, profiles, spec)
+    model = None
     if spec is None:
-        spec = load_model(values["model"], values.get("revision"))
+        model = values["model"]
+        spec = load_model(model, values.get("revision"))
     fields = setup_fields(values, said)
     framework_defaults(fields, given, said)
     for fb in fallbacks(
@@ -109,7 +111,7 @@ def read_inputs(
         setup = setup.replace(framework=code.value)
         if code.why:
             said.append(f"note: {code.message}")
-    said += [f"warning: {w}" for w in check(spec, setup)]
+    said += [f"warning: {w}" for w in check(spec, setup, model)]
     return Inputs(
         spec,
         profiles,

@@ -22,6 +22,7 @@ from memcalc.graph.lower import lower_cached
 from memcalc.graph.ops import OpGraph, ParamTensor
 from memcalc.profiles import GpuProfile
 from memcalc.spec.compat import framework_fallback
+from memcalc.spec.families import family_of
 from memcalc.spec.finetune import ALL_LINEAR, LoraSpec, Quantize
 from memcalc.spec.model import ModelSpec
 from memcalc.spec.parallel import Parallelism
@@ -274,13 +275,16 @@ class ModelFacts:
     @cached_property
     def lora_setup(self) -> TrainingSetup | None:
         """The learner's LoRA setup; without one, LoRA r = ``LORA_RANK`` on PEFT's default
-        targets for the family (every linear when the family has none this model matches);
-        None when the estimate refuses both. (A mixture of experts' routed experts stay
-        frozen under LoRA, as PEFT leaves their fused weights.)
+        targets for the family; where PEFT refuses its default (a mixture of experts under
+        transformers 5, ``spec/peft_lora.py``), the family's mapped targets named, as PEFT's
+        error asks; every linear when the family has none this model matches; None when the
+        estimate refuses all three. (Named attention targets leave a mixture of experts'
+        routed experts frozen, as PEFT leaves their fused weights.)
         """
         if self.fine_tuned:
             return self.setup
-        for targets in ((), (ALL_LINEAR,)):
+        mapped = tuple(family_of(self.spec).impl.lora_targets or ())
+        for targets in dict.fromkeys(((), mapped, (ALL_LINEAR,))):
             setup = self.setup.replace(lora=LoraSpec(rank=LORA_RANK, targets=targets))
             if self.under(setup) is not None:
                 return setup

@@ -25,24 +25,27 @@ class Fallback:
         return f"{self.field}: using {self.value} ({self.why})"
 
 
-def check(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
-    """Errors (raised) and warnings (returned, one line each) for ``setup`` on ``spec``."""
+def check(spec: ModelSpec, setup: TrainingSetup, model: str | None = None) -> list[str]:
+    """Errors (raised) and warnings (returned, one line each) for ``setup`` on ``spec``;
+    ``model`` is the model as the user named it (``--model``: a file's path, not the name
+    read from it), ``spec.name`` when not given."""
+    model = model or spec.name
     if spec.positions is Positions.learned and setup.seq > spec.max_position_embeddings:
         raise MemcalcError(
-            f"--seq: {setup.seq} is over {spec.name}'s {spec.max_position_embeddings} learned "
+            f"--seq: {setup.seq} is over {model}'s {spec.max_position_embeddings} learned "
             "positions (max_position_embeddings): its position table has no row for them"
         )
     experts = spec.moe.num_experts if spec.moe is not None else 0
     if setup.parallel.ep > 1 and (not experts or experts % setup.parallel.ep):
         raise MemcalcError(
-            f"--ep: {setup.parallel.ep} must divide {spec.name}'s {experts} routed experts"
+            f"--ep: {setup.parallel.ep} must divide {model}'s {experts} routed experts"
             if experts
-            else f"--ep: {spec.name} has no experts to split (expert parallelism is for MoE)"
+            else f"--ep: {model} has no experts to split (expert parallelism is for MoE)"
         )
     warnings = []
     if spec.positions is Positions.rotary and setup.seq > spec.max_position_embeddings:
         warnings.append(
-            f"--seq: {setup.seq} is over {spec.name}'s max_position_embeddings "
+            f"--seq: {setup.seq} is over {model}'s max_position_embeddings "
             f"({spec.max_position_embeddings}); rotary models run it, but were not trained on it"
         )
     par = setup.parallel
@@ -66,7 +69,7 @@ def check(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
             )
             if given
         ]
-        warnings += [f"{flag} has no effect: {spec.name} has no experts" for flag in routing]
+        warnings += [f"{flag} has no effect: {model} has no experts" for flag in routing]
     return warnings
 
 
