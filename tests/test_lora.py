@@ -139,19 +139,28 @@ def test_trainable_parameters_equal_pefts(spec, lora):
 
 @pytest.mark.parametrize("how", ["nf4", "nf4-dq", "fp4", "int8"])
 def test_quantized_storage_equals_bitsandbytes(how):
+    """A linear quantized by transformers' own bitsandbytes loading (measure's ``_quantize``)
+    stores what ``Quantize.storage_bytes`` says."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("bitsandbytes")
-    from torch import nn
+    pytest.importorskip("transformers")
 
+    from memcalc.measure.build import Impl, build_model
     from memcalc.measure.finetune import _quantize, quant_state_tensors
 
-    model = nn.Sequential(nn.Linear(512, 256, bias=False)).to(torch.bfloat16)
-    _quantize(model, Quantize(how))
+    spec = load_model("tests/data/hf/tiny/llama.json")
+    model = build_model(spec, TrainingSetup(precision="bf16"), Impl.hf, torch.device("cpu"))
+    model = _quantize(model, Quantize(how))
+    layer = model.model.layers[0].mlp.gate_proj  # (intermediate x hidden)
+    assert type(layer).__name__ == ("Linear8bitLt" if how == "int8" else "Linear4bit")
+    # the first forward moves LLM.int8's scales to the module's state (init_8bit_state)
+    model(torch.zeros(1, 4, dtype=torch.long))
     storages = {
         t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-        for t in [*model.parameters(), *quant_state_tensors(model)]
+        for t in [*layer.parameters(), *quant_state_tensors(layer)]
     }
-    assert sum(storages.values()) == Quantize(how).storage_bytes(256 * 512, 256)
+    out, n_in = spec.intermediate_size, spec.hidden_size
+    assert sum(storages.values()) == Quantize(how).storage_bytes(out * n_in, out)
 
 
 MEASURED = [

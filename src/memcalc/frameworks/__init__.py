@@ -154,6 +154,14 @@ class ShardingEngine(str, Enum):
         gradients by default."""
         return self is ShardingEngine.deepspeed
 
+    @property
+    def casts_every_parameter(self) -> bool:
+        """The engine casts every parameter to the training dtype, the ones the model keeps
+        in fp32 included (DeepSpeed 0.19 ``runtime/engine.py`` ``_configure_distributed_model``
+        -> ``_cast_module_mixed_precision``; ``runtime/keep_in_fp32.py``: "Only buffers are
+        kept in fp32 here"); torch's DDP / FSDP2 leave the loaded dtypes as they are."""
+        return self is ShardingEngine.deepspeed
+
 
 class FrameworkName(str, Enum):
     """The frameworks memcalc models (``--framework``)."""

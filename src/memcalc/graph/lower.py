@@ -26,18 +26,24 @@ from memcalc.graph.ops import Block, Component, OpGraph, Saved, SpanInput
 from memcalc.graph.scope import Dims, FineTune, Scope
 from memcalc.spec.families import family_of
 from memcalc.spec.families.base import Implementation
-from memcalc.spec.finetune import AdapterDtype
+from memcalc.spec.finetune import AdapterDtype, Quantize
 from memcalc.spec.model import LayerType, ModelSpec, Positions
 from memcalc.spec.peft_lora import peft_targets
 from memcalc.spec.training import Attention, DType, Precision, TrainingSetup
 
 
-def _scope(setup: TrainingSetup, finetune: FineTune | None = None) -> Scope:
+def _scope(
+    setup: TrainingSetup, finetune: FineTune | None = None, impl: Implementation | None = None
+) -> Scope:
     """A scope whose linears follow the precision recipe (fp8 saved inputs, autocast casts)
-    and the fine-tuning (frozen base, adapters)."""
+    and the fine-tuning (frozen base, adapters); ``impl``: the HF code's fp32-kept router."""
     autocast = setup.activation_dtype if setup.precision.is_amp else None
     par = setup.parallel
     return Scope(
+        router_weight_fp32=impl is not None
+        and impl.router_weight_fp32
+        and setup.framework_def.model_code is ModelCode.hf
+        and setup.keeps_fp32_modules,
         fp8_linears=setup.precision is Precision.fp8_mixed,
         autocast=autocast,
         finetune=finetune,
@@ -95,9 +101,14 @@ def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> 
     resolved = peft_targets(
         spec.family.value, lora.targets, impl.lora_targets, impl.peft_moe, lora.dropout
     )
-    trained = set(lora.modules_to_save)
+    not_linear = _not_linear(spec, impl, resolved.modules)
+    # modules_to_save as HF names them (GPT-2's wte), as the ops are named (embed_tokens)
+    saved = {impl.op_module(m) for m in lora.modules_to_save}
+    trained = set(saved)
     if lora.train_embeddings:
-        trained |= {"embed_tokens", "lm_head"}
+        # the family's own module names (GPT-NeoX's embed_in), as measure trains the modules
+        # get_input_embeddings() / get_output_embeddings() return
+        trained |= {FineTune.leaf(impl.names[k]) for k in ("embed_tokens", "lm_head")}
     return FineTune(
         adapted=resolved.modules,
         rank=lora.rank,
@@ -106,8 +117,9 @@ def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> 
         trained=frozenset(trained),
         quantize=setup.quantize.value,
         upcast=setup.prepared_for_kbit,
-        copied=frozenset(lora.modules_to_save),
-        excluded=resolved.excluded | _not_linear(spec, impl, resolved.modules),
+        copied=frozenset(saved),
+        excluded=resolved.excluded | not_linear,
+        not_linear=frozenset(not_linear),
         wrapped=tuple(sorted(resolved.params.items())),
     )
 
@@ -142,7 +154,11 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         raise ValueError(f"device: one of {', '.join(DEVICES)}, not {device!r}")
     cpu_kernels = device != "cuda"
     p = setup.activation_dtype
-    if setup.prepared_for_kbit:
+    # bitsandbytes' CPU LLM.int8 (MatMul8bitFp.forward: F.linear(A, CB) inside the autocast
+    # region) returns autocast's 16 bits; the CUDA kernels (int8_scaled_mm(..., dtype=A.dtype))
+    # and the 4-bit layers (Linear4bit.forward: .to(inp_dtype)) return their input's dtype
+    int8_autocast = cpu_kernels and setup.quantize is Quantize.int8 and setup.precision.is_amp
+    if setup.prepared_for_kbit and not int8_autocast:
         # PEFT's k-bit preparation makes the embeddings, norms and LM head fp32: the residual
         # stream, the norms' outputs and (bitsandbytes casts each matmul's output back to its
         # input's dtype) every activation are fp32; only the quantized matmuls run in 16 bits.
@@ -236,6 +252,7 @@ def lowering_key(spec: ModelSpec, setup: TrainingSetup, device: str) -> tuple[ob
         par.sequence_parallel,
         setup.framework_def.tensor_parallel if par.tp > 1 else None,
         setup.framework_def.model_code,
+        setup.keeps_fp32_modules,
         setup.megatron,
         setup.framework_def.layer_code,
         par.cp,
@@ -309,7 +326,7 @@ def lower_hf(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> OpG
     shared: dict[str, Saved] = {}
     linears: set[str] = set()
     for t, grad in types:
-        sc = _scope(setup, ft)
+        sc = _scope(setup, ft, impl)
         kinds.append(decoder_block(sc, spec, impl, dims, t, setup.attention, input_grad=grad))
         if counts[index[(t, grad)]]:
             shared.update(sc.shared)
@@ -385,7 +402,9 @@ def _prologue(
     the tensors every layer's ops save (masks), counted once. Returns the rotary tables'
     dtype."""
     table = DType.fp32 if impl.rotary_tables_fp32 else dims.r
-    embeddings(pro, spec, impl, dims, output_grad=first_grad)
+    # (a trained embedding's output already requires grad: the hook makes no leaf of it)
+    leaf = setup.embedding_output_requires_grad and not pro.trainable(impl.names["embed_tokens"])
+    embeddings(pro, spec, impl, dims, output_grad=first_grad, leaf_output=leaf)
     if setup.attention is Attention.flex:
         _block_mask(pro, dims)
     if spec.positions is Positions.rotary and impl.rotary_tables_saved:

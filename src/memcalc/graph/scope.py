@@ -36,6 +36,10 @@ class FineTune:
     excluded: frozenset[str] = frozenset()
     """Leaf names never adapted as modules (PEFT's MoE conversion moves them to parameters;
     routers that are no nn.Linear)."""
+    not_linear: frozenset[str] = frozenset()
+    """Leaf names of the modules the blocks lower as linears that are no ``nn.Linear`` in
+    the model code (transformers 5's MoE routers): PEFT does not adapt them as modules and
+    bitsandbytes does not quantize them."""
     wrapped: tuple[tuple[str, int], ...] = ()
     """Parameters adapted by PEFT ``lora.ParamWrapper``, by key suffix (``gate_up_proj``,
     ``gate.weight``), with their rank multiplier (2: a fused pair, ``rank_pattern``)."""
@@ -57,6 +61,15 @@ class FineTune:
             return False
         return self.adapted is None or leaf in self.adapted
 
+    def quantized(self, name: str) -> str | None:
+        """How the frozen base weight of linear ``name`` is stored: the ``Quantize`` value, or
+        None (not quantized). bitsandbytes replaces only ``nn.Linear`` modules (transformers
+        ``integrations/bitsandbytes.py`` ``replace_with_bnb_linear``), so a router that is a
+        module of its own (``not_linear``) keeps its weight; the LM head is never passed here."""
+        if self.quantize == "none" or self.leaf(name) in self.not_linear:
+            return None
+        return self.quantize
+
     def wrap_rank(self, key: str) -> int:
         """The LoRA rank of ``lora.ParamWrapper`` on parameter ``key`` (its name ending in a
         wrapped suffix, as ``BaseTuner._inject_parameters`` matches); 0: not wrapped."""
@@ -77,6 +90,9 @@ class Scope:
     """DTensor sequence parallelism (``ParallelImpl.torch``): a column-parallel linear saves the
     all-gathered input (``PrepareModuleInput`` gathers it before the projections), not the
     rank's sequence shard."""
+    router_weight_fp32: bool = False
+    """The router's weight stays fp32 in a 16-bit model (``Implementation.router_weight_fp32``
+    under an engine that keeps loaded dtypes)."""
     ops: list[Op] = field(default_factory=list)
     shared: dict[str, Saved] = field(default_factory=dict)
     """Tensors the block's ops save but the model makes once for every layer (a sliding-window

@@ -45,13 +45,14 @@ def torch_dtype(dtype: DType) -> torch.dtype:
 
 
 def attention_kind(setup: TrainingSetup, spec: ModelSpec | None = None) -> str:
-    """The kernel run: ``eager``, or ``sdpa`` for both sdpa and flash -- the same saved tensors,
-    except where HF gives SDPA a sliding-window mask (flash-attention 2 takes the window in the
-    kernel) or has no SDPA at all (Gemma 2): then ``flash`` of ``spec`` is refused, since
-    flash-attention 2 itself needs CUDA."""
+    """The kernel run: ``eager``, or ``sdpa`` for sdpa, flash and flex -- the same saved
+    tensors, except where HF gives SDPA a sliding-window mask (flash-attention 2 and flex take
+    the window in the kernel or the block mask) or has no SDPA at all (Gemma 2): then ``flash``
+    or ``flex`` of ``spec`` is refused (flash-attention 2 itself needs CUDA; flex runs as SDPA
+    here, whose sliding-window mask the estimate's block mask is not)."""
     if setup.attention is Attention.eager:
         return "eager"
-    if setup.attention is Attention.flash and spec is not None:
+    if setup.attention in (Attention.flash, Attention.flex) and spec is not None:
         from memcalc.graph.blocks.attention import sliding_mask
         from memcalc.spec.families import family_of
 
@@ -59,9 +60,12 @@ def attention_kind(setup: TrainingSetup, spec: ModelSpec | None = None) -> str:
         if family_of(spec).impl.sdpa_refused or any(
             sliding_mask(spec, setup.seq, t) for t in types
         ):
+            kernel = {Attention.flash: "flash-attention 2 (a CUDA kernel)"}.get(
+                setup.attention, "flex attention"
+            )
             raise MemcalcError(
-                f"--attention flash: measure and trace run SDPA in place of flash-attention 2 "
-                f"(a CUDA kernel), and for {spec.name} at --seq {setup.seq} the two differ "
+                f"--attention {setup.attention.value}: measure and trace run SDPA in place of "
+                f"{kernel}, and for {spec.name} at --seq {setup.seq} the two differ "
                 "(sliding-window mask, or no SDPA); use --attention sdpa or eager"
             )
     return "sdpa"
@@ -86,19 +90,27 @@ def build_model(
                 f"({spec.sliding_window}); use --framework hf"
             )
         model: nn.Module = Transformer(Config.from_spec(spec, attention_kind(setup, spec)))
-    else:
-        model = _hf_model(spec, attention_kind(setup, spec))
-    return model.to(device=device, dtype=dtype).train()
+        return model.to(device=device, dtype=dtype).train()
+    # built in the weight dtype as from_pretrained(dtype=...) loads it: the parameters the
+    # model keeps in fp32 (_keep_in_fp32_modules_strict: DeepSeek's router) stay fp32 --
+    # unless the run casts every parameter (FSDP2 needs one dtype per group; DeepSpeed
+    # casts them itself)
+    model = _hf_model(spec, attention_kind(setup, spec), dtype)
+    if not setup.keeps_fp32_modules:
+        model = model.to(dtype=dtype)
+    return model.to(device=device).train()
 
 
-def _hf_model(spec: ModelSpec, attention: str) -> nn.Module:
+def _hf_model(spec: ModelSpec, attention: str, dtype: torch.dtype) -> nn.Module:
     try:
         import transformers
     except ImportError:
         raise MemcalcError(f"--framework hf needs transformers: {TRANSFORMERS}") from None
     cfg = dict(hf_config_dict(spec))
     config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    return transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation=attention, dtype=dtype
+    )
 
 
 def layer_list(model: nn.Module) -> tuple[nn.Module, str]:

@@ -26,7 +26,7 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
     except ImportError:
         raise MemcalcError(f"--lora-rank: measuring LoRA needs peft: {PEFT}") from None
     if setup.quantize is not Quantize.none:
-        _quantize(model, setup.quantize)
+        model = _quantize(model, setup.quantize)
     for p in model.parameters():
         p.requires_grad_(False)
     if setup.prepared_for_kbit:
@@ -62,12 +62,20 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MemcalcError(f"--lora-targets: PEFT refuses {targets}: {first}") from None
     if lora.train_embeddings:  # trained in place (no copy)
-        for name, p in wrapped.named_parameters():
-            # (of a module also in modules_to_save, PEFT's frozen original stays frozen)
-            if "original_module" in name:
-                continue
-            if any(f"{m}." in name for m in ("embed_tokens", "lm_head")):
-                p.requires_grad_(True)
+        base = wrapped.get_base_model()
+        # of a module also in modules_to_save, PEFT's frozen original stays frozen -- and so
+        # does a head tied to it (the same Parameter)
+        originals = {
+            id(p)
+            for name, p in wrapped.named_parameters(remove_duplicate=False)
+            if "original_module" in name
+        }
+        # the model's own embedding and output modules, whatever the family calls them
+        # (GPT-2's wte, GPT-NeoX's embed_in / embed_out, ...)
+        for module in (base.get_input_embeddings(), base.get_output_embeddings()):
+            for p in module.parameters():
+                if id(p) not in originals:
+                    p.requires_grad_(True)
     return wrapped
 
 
@@ -80,48 +88,47 @@ def _peft_target_modules(targets: tuple[str, ...]) -> Any:
     return ALL_LINEAR if ALL_LINEAR in targets else sorted(targets)
 
 
-def _quantize(model: nn.Module, how: Quantize) -> None:
-    """Replace the decoder's nn.Linear layers with bitsandbytes' quantized ones (the LM head
-    stays, as transformers' bitsandbytes integration keeps it)."""
+def _quantize(model: nn.Module, how: Quantize) -> nn.Module:
+    """``model`` loaded again through transformers' own bitsandbytes integration, as a user's
+    script loads a quantized base: its weights saved to a temporary folder and read back by
+    ``from_pretrained(..., quantization_config=BitsAndBytesConfig(...))``, so the modules
+    transformers converts are the ones quantized (``integrations/bitsandbytes.py``
+    ``replace_with_bnb_linear``: ``nn.Linear`` and GPT-2's ``Conv1D``, not the LM head or a
+    router that is a module of its own), with the 4-bit compute dtype the weights' dtype."""
     try:
-        import bitsandbytes as bnb
+        import bitsandbytes  # noqa: F401
     except ImportError:
         raise MemcalcError("--quantize: measuring it needs bitsandbytes") from None
-    for parent_name, parent in list(model.named_modules()):
-        for name, child in list(parent.named_children()):
-            full = f"{parent_name}.{name}" if parent_name else name
-            if not isinstance(child, nn.Linear) or full.endswith("lm_head"):
-                continue
-            weight = child.weight.data
-            if how is Quantize.int8:
-                new = bnb.nn.Linear8bitLt(
-                    child.in_features,
-                    child.out_features,
-                    bias=child.bias is not None,
-                    has_fp16_weights=False,
-                )
-                new.weight = bnb.nn.Int8Params(
-                    weight.to(torch.float16), requires_grad=False, has_fp16_weights=False
-                )
-            else:
-                quant_type = "fp4" if how is Quantize.fp4 else "nf4"
-                new = bnb.nn.Linear4bit(
-                    child.in_features,
-                    child.out_features,
-                    bias=child.bias is not None,
-                    compute_dtype=weight.dtype,
-                    quant_type=quant_type,
-                    compress_statistics=how is Quantize.nf4_dq,
-                )
-                new.weight = bnb.nn.Params4bit(
-                    weight,
-                    requires_grad=False,
-                    quant_type=quant_type,
-                    compress_statistics=how is Quantize.nf4_dq,
-                )
-            if child.bias is not None:
-                new.bias = nn.Parameter(child.bias.data, requires_grad=False)
-            setattr(parent, name, new.to(weight.device))
+    import tempfile
+
+    import safetensors.torch
+    import transformers
+
+    weight = next(p for p in model.parameters() if p.is_floating_point())
+    if how is Quantize.int8:
+        config = transformers.BitsAndBytesConfig(load_in_8bit=True)
+    else:
+        config = transformers.BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="fp4" if how is Quantize.fp4 else "nf4",
+            bnb_4bit_use_double_quant=how is Quantize.nf4_dq,
+            bnb_4bit_compute_dtype=weight.dtype,
+        )
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # the "Loading weights" bar
+    with tempfile.TemporaryDirectory(prefix="memcalc-quantize-") as folder:
+        model.config.save_pretrained(folder)  # type: ignore[operator]
+        safetensors.torch.save_model(model, f"{folder}/model.safetensors")
+        loaded = transformers.AutoModelForCausalLM.from_pretrained(
+            folder,
+            quantization_config=config,
+            dtype=weight.dtype,
+            device_map={"": weight.device},
+            attn_implementation=model.config._attn_implementation,  # type: ignore[union-attr]
+        )
+    if bars:
+        transformers.utils.logging.enable_progress_bar()
+    return loaded.train()
 
 
 def quant_state_tensors(model: nn.Module) -> list[torch.Tensor]:

@@ -77,12 +77,14 @@ def check_flags(
         )
     if recompute is Recompute.budget:
         raise MemcalcError(
-            "--recompute: budget is not measured; choose one of: none, selective, full, every-k"
+            "--recompute: budget is not measured; choose one of: none, selective, full, "
+            "every-k, block"
         )
     if every is not None:
-        if recompute is not Recompute.every_k:
+        if recompute not in (Recompute.every_k, Recompute.block):
             raise MemcalcError(
-                f"--every: sets k of --recompute every-k; got --recompute {recompute.value}"
+                "--every: sets k of --recompute every-k or block; got --recompute "
+                f"{recompute.value}"
             )
         if not 1 <= every <= num_layers:
             raise MemcalcError(

@@ -117,7 +117,15 @@ class _Trainer:
         if self.mixed or self.offloaded:
             with torch.no_grad():
                 for p, q in zip(self.params, self.opt_params, strict=True):
-                    p.copy_(q)
+                    if q is not p:
+                        p.copy_(q)
+
+    @property
+    def masters(self) -> list[torch.Tensor]:
+        """The fp32 master copies under -mixed (a parameter already fp32 has none)."""
+        if not self.mixed:
+            return []
+        return [q for p, q in zip(self.params, self.opt_params, strict=True) if q is not p]
 
     @property
     def grads(self) -> list[torch.Tensor]:
@@ -157,9 +165,16 @@ def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) ->
     if mixed:
         # fp32 master copies live with the optimizer; the 16-bit grad of each parameter is
         # turned into an fp32 main grad as soon as it is accumulated, and freed.
+        # A parameter already in fp32 (PEFT's adapters, autocast_adapter_dtype; a router
+        # kept in fp32) is its own master: Megatron's Float16OptimizerWithFloat16Params copies
+        # only fp16 / bf16 parameters (optimizer.py __init__: float16_groups vs
+        # fp32_from_fp32_groups).
         where = host if offload_optimizer else params[0].device
         opt_params = [
-            p.detach().to(where, torch.float32).clone().requires_grad_(True) for p in params
+            p
+            if p.dtype == torch.float32 and not offload_optimizer
+            else p.detach().to(where, torch.float32).clone().requires_grad_(True)
+            for p in params
         ]
 
         def to_main_grad(p: torch.Tensor, q: torch.Tensor) -> None:
@@ -171,7 +186,8 @@ def _trainer(model: nn.Module, setup: TrainingSetup, offload_optimizer: bool) ->
             p.grad = None
 
         for p, q in zip(params, opt_params, strict=True):
-            p.register_post_accumulate_grad_hook(lambda p, q=q: to_main_grad(p, q))
+            if q is not p:
+                p.register_post_accumulate_grad_hook(lambda p, q=q: to_main_grad(p, q))
     elif offload_optimizer:
         opt_params = [p.detach().to(host).clone().requires_grad_(True) for p in params]
     else:
@@ -356,7 +372,7 @@ def _one_step(
 
 def _optimizer_bytes(trainer: _Trainer, device: torch.device) -> dict[str, int]:
     states, steps = trainer.state_tensors()
-    master = trainer.opt_params if trainer.mixed else []
+    master = trainer.masters
     state_b, step_b = _bytes_on(states, device), _bytes_on(steps, device)
     master_b = _bytes_on(master, device)
     host = torch.device("cpu")

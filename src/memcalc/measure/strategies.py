@@ -224,7 +224,8 @@ def apply_strategy(
     n = len(blocks)
     if recompute is Recompute.budget:
         raise MemcalcError(
-            "--recompute: budget is not measured; choose one of: none, selective, full, every-k"
+            "--recompute: budget is not measured; choose one of: none, selective, full, "
+            "every-k, block"
         )
     if recompute is Recompute.none and not offload_activations:
         return "none"
@@ -242,10 +243,22 @@ def apply_strategy(
         checkpointed = False
         if not offload_activations:
             return "selective"
+    first = n  # the blocks checkpointed: all of them, but for block
+    if recompute is Recompute.block:
+        # Megatron --recompute-method block --recompute-num-layers k: the first k blocks each
+        # checkpointed from its own input, the rest kept (transformer_block.py
+        # _checkpointed_forward, method 'block'); k defaults to 1 as the estimate's plan does
+        # (strategies/recompute.py plan_for)
+        first = every or 1
+        if not 1 <= first <= n:
+            raise MemcalcError(
+                f"--recompute-num-layers: must be between 1 and the number of blocks ({n}); "
+                f"got {first}"
+            )
     segments = [
         Segment(
             blocks[i : i + k],
-            checkpointed=checkpointed,
+            checkpointed=checkpointed and i < first,
             offload=offload_activations,
             pin_memory=pin_memory,
         )
@@ -261,7 +274,9 @@ def apply_strategy(
         setattr(parent, attr, nn.ModuleList(members))
     else:
         setattr(parent, attr, nn.ModuleList(segments))
-    label = recompute.value if recompute is not Recompute.every_k else f"every-{k}"
+    label = {Recompute.every_k: f"every-{k}", Recompute.block: f"block-{first}"}.get(
+        recompute, recompute.value
+    )
     return label + (" + activations=cpu" if offload_activations else "")
 
 

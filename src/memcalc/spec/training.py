@@ -361,6 +361,16 @@ class TrainingSetup:
         return self.framework_def.sharding
 
     @property
+    def keeps_fp32_modules(self) -> bool:
+        """Parameters a model keeps in fp32 when loaded in 16 bits (``from_pretrained``'s
+        ``_keep_in_fp32_modules_strict``) stay fp32 in training: not under an engine that
+        casts every parameter (DeepSpeed), nor under FSDP2, which refuses a group of mixed
+        dtypes (torch ``_fsdp_param_group.py`` ``_init_mp_dtypes``: "FSDP expects uniform
+        original parameter dtype"), so a user casts the model first."""
+        fsdp = self.parallel.zero == 3 or self.framework_def.always_fsdp
+        return not (self.sharding_engine.casts_every_parameter or fsdp)
+
+    @property
     def deepspeed_config(self) -> DeepSpeedZero:
         """The DeepSpeed ZeRO settings in effect (DeepSpeed's defaults unless given)."""
         return self.deepspeed if self.deepspeed is not None else DeepSpeedZero()

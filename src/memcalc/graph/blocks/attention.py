@@ -517,7 +517,9 @@ def self_attention(
     ):
         # the kernel's output follows q's head-major layout: the (b, s, a*d) view the output
         # projection needs is a copy
-        merged = Saved("attn.merged_contiguous", T * dims.q, merged.dtype)
+        merged = Saved(
+            "attn.merged_contiguous", T * dims.q, merged.dtype, needs_grad=merged.needs_grad
+        )
     out = linear(
         sc, names["o"], ATTN, merged, T, dims.q, h, p, bias=spec.out_bias, out_tokens=dims.T_rep
     )

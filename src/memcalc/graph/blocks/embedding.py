@@ -13,14 +13,28 @@ EMB = Component.embedding
 
 
 def embeddings(
-    sc: Scope, spec: ModelSpec, impl: Implementation, dims: Dims, *, output_grad: bool = True
+    sc: Scope,
+    spec: ModelSpec,
+    impl: Implementation,
+    dims: Dims,
+    *,
+    output_grad: bool = True,
+    leaf_output: bool = False,
 ) -> Saved:
     """``aten.embedding`` saves its indices (the token ids, int64) for its weight's gradient --
     nothing when the embedding is frozen; a learned position table (GPT-2, OPT) likewise saves
     the position ids (1 x s; OPT: ``position_ids + 2``, b x s); Gemma multiplies by sqrt(h)
     (``Gemma2TextScaledWordEmbedding``: ``* embed_scale``, a 0-d buffer: its ``mul`` saves no
     activation); embedding dropout saves its mask (when its output needs a gradient). Returns
-    the residual stream."""
+    the residual stream.
+
+    ``leaf_output``: a frozen token embedding whose output ``enable_input_require_grads``
+    makes require grad (``modeling_utils.py`` ``PreTrainedModel.enable_input_require_grads``:
+    a forward hook calling ``output.requires_grad_(True)``) -- the output becomes a leaf, and
+    its ``AccumulateGrad`` node keeps it alive until backward reaches it. Where the first
+    block receives that same tensor, the block (or its checkpoint) holds it anyway; where a
+    new tensor is made first (learned positions added, embedding dropout: GPT-2, OPT), the
+    leaf is held beside it."""
     T, h = dims.T, dims.h
     names = impl.names
 
@@ -64,6 +78,16 @@ def embeddings(
             weights=weights_of(names["embed_positions"], weight),
         )
     x = tensor("embed.out", dims.T_rep, h, dims.r)
+    makes_new = spec.positions is Positions.learned or bool(spec.embedding_dropout)
+    if leaf_output and makes_new:
+        sc.add(
+            "embed.leaf",
+            EMB,
+            [Saved("embed_tokens.out.leaf", dims.T_rep * h, dims.r)],
+            0,
+            "enable_input_require_grads: the embedding output, a leaf that requires grad, "
+            "held by its AccumulateGrad node until backward",
+        )
     if spec.embedding_scale:
         sc.add(
             "embed_scale",

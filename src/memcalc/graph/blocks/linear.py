@@ -8,7 +8,12 @@ from memcalc.graph.scope import FineTune, Scope, matmul_flops, tensor
 from memcalc.spec.training import DType
 
 WEIGHT_CAST = "weight_cast"
-"""Name suffix of an autocast weight copy (counted by ``Block.weight_cast_bytes``)."""
+"""Name suffix of an autocast weight copy that autocast caches (counted by
+``Block.weight_cast_bytes``): the cast of a leaf that requires grad (``autocast_mode.cpp``
+``cached_cast``: ``arg.requires_grad() && arg.is_leaf()``)."""
+UNCACHED_CAST = "weight_cast_uncached"
+"""Name suffix of an autocast weight copy autocast does not cache (a frozen weight, PEFT's
+merged ``W + BA``): saved by its matmul, freed with it -- gone under a checkpoint."""
 
 PARAM_COMPONENT = {
     Component.attention: "attention",
@@ -62,7 +67,7 @@ def linear(
     trainable = sc.trainable(name)
     quant = None
     if ft is not None and not trainable and comp is not Component.output:
-        quant = ft.quantize if ft.quantize != "none" else None
+        quant = ft.quantized(name)
     saved: list[Saved] = []
     if trainable:
         if sc.fp8_linears:
@@ -74,7 +79,8 @@ def linear(
         sc.attribute_held.setdefault(x.name, x)
     if sc.autocast is not None and quant is None and (x.needs_grad or trainable):
         # (a linear none of whose inputs needs grad records no node: nothing is saved)
-        saved.append(Saved(f"{name}.{WEIGHT_CAST}", n_in * n_out, sc.autocast))
+        cast = WEIGHT_CAST if trainable else UNCACHED_CAST
+        saved.append(Saved(f"{name}.{cast}", n_in * n_out, sc.autocast))
     weights: tuple[ParamTensor, ...] = ()
     if owns_weight:
         kind = PARAM_COMPONENT[comp]

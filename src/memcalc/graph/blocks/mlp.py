@@ -3,6 +3,8 @@ and the activation functions as HF writes them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from memcalc.graph.blocks.linear import linear
 from memcalc.graph.ops import Component, Saved
 from memcalc.graph.scope import Dims, Scope
@@ -14,6 +16,20 @@ MLP = Component.mlp
 
 
 def activation(
+    sc: Scope, prefix: str, x: Saved, act: Activation, *, pow_in_fp32: bool = False
+) -> Saved:
+    """An MLP activation (``_activation``); on an input that needs no gradient (a frozen up
+    projection on the first layer of a frozen base -- GPT-NeoX's parallel MLP, which reads the
+    layer input) autograd records no node: the ops run, nothing is saved."""
+    start = len(sc.ops)
+    out = _activation(sc, prefix, x, act, pow_in_fp32=pow_in_fp32)
+    if x.needs_grad:
+        return out
+    sc.ops[start:] = [replace(op, saves=(), grad_bytes=0) for op in sc.ops[start:]]
+    return Saved(out.name, out.numel, out.dtype, needs_grad=False)
+
+
+def _activation(
     sc: Scope, prefix: str, x: Saved, act: Activation, *, pow_in_fp32: bool = False
 ) -> Saved:
     """An MLP activation; what it saves depends on how it is written.
@@ -107,16 +123,18 @@ def mlp(
         gate = linear(sc, name("gate"), MLP, x, T, h, width, p, bias=spec.mlp_bias)
         up = linear(sc, name("up"), MLP, x, T, h, width, p, bias=spec.mlp_bias)
     activation(sc, name("act"), gate, spec.activation)
-    act = Saved(f"{name('act')}.out", T * width, p)
+    act = Saved(f"{name('act')}.out", T * width, p, needs_grad=gate.needs_grad)
+    # mul saves each factor for the other's gradient: nothing when neither needs one
+    grad = act.needs_grad or up.needs_grad
     sc.add(
         name("gate_mul_up"),
         MLP,
-        [act, up],
+        [t for t, other in ((act, up), (up, act)) if other.needs_grad],
         T * width,
         "aten.mul.Tensor: saves self and other",
-        grads=3 * T * width * p.itemsize,
+        grads=3 * T * width * p.itemsize if grad else 0,
     )
-    product = Saved(f"{prefix}.product", T * width, p)
+    product = Saved(f"{prefix}.product", T * width, p, needs_grad=grad)
     return linear(
         sc, name("down"), MLP, product, T, width, h, p, bias=spec.mlp_bias, out_tokens=dims.T_rep
     )

@@ -132,7 +132,10 @@ def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) 
         trained = sc.trainable(name)
         wrapped = _wrapped_router(sc, name, x, T, h, E, saves_weight=False)
         copies = [Saved(f"{name}.in_fp32", T * h, DType.fp32)] if trained or wrapped else []
-        if x.needs_grad:
+        # a weight kept in fp32 (from_pretrained's _keep_in_fp32_modules_strict): .type() is
+        # the weight itself, no copy -- but for PEFT's merged W + BA, a tensor of its own
+        weight_dtype = DType.fp32 if sc.router_weight_fp32 else sc.param_dtype(name)
+        if x.needs_grad and (wrapped or not sc.router_weight_fp32):
             copies.append(Saved(f"{name}.weight_fp32", E * h, DType.fp32))
         sc.add(
             name,
@@ -143,7 +146,7 @@ def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) 
             "gradient (DeepSeek routers)",
             grads=(T * h + T * E) * 4,
             params=E * h if trained else 0,
-            weights=(ParamTensor(f"{name}.weight", (E, h), "mlp", trained, sc.param_dtype(name)),),
+            weights=(ParamTensor(f"{name}.weight", (E, h), "mlp", trained, weight_dtype),),
             work=Gemm(T, h, E, DType.fp32, 1, x.needs_grad, trained),
         )
         logits = DType.fp32

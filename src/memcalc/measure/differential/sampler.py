@@ -88,7 +88,8 @@ def _draw(
 ) -> Case:
     family = rng.choice(FAMILIES)
     recompute = rng.choice(values["recompute"])
-    every = rng.choice((None, 1, 2)) if recompute == Recompute.every_k.value else None
+    takes_k = recompute in (Recompute.every_k.value, Recompute.block.value)
+    every = rng.choice((None, 1, 2)) if takes_k else None
     return Case(
         index=index,
         family=family,

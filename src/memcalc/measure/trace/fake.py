@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterator
 
@@ -143,13 +144,35 @@ def grouped_mm_in_any_dtype() -> Iterator[None]:
         moe._can_use_grouped_mm = can_use  # type: ignore[union-attr]
 
 
-def cast_floating(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+def kept_in_fp32(model: nn.Module, dtype: torch.dtype) -> re.Pattern[str] | None:
+    """The parameter names ``from_pretrained(dtype=dtype)`` leaves in fp32: the model's
+    ``_keep_in_fp32_modules_strict`` (and, in fp16, ``_keep_in_fp32_modules``), matched
+    anywhere in the full name as transformers matches them; None: none (or not 16 bits)."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return None
+    patterns = set()
+    for prefix, child in model.named_modules():
+        names = set(getattr(child, "_keep_in_fp32_modules_strict", None) or [])
+        if dtype == torch.float16:
+            names |= set(getattr(child, "_keep_in_fp32_modules", None) or [])
+        for name in names:
+            rule = name.replace("*", ".*")
+            patterns.add(rf"^{re.escape(prefix)}\..*{rule}" if prefix else rule)
+    return re.compile("|".join(sorted(patterns))) if patterns else None
+
+
+def cast_floating(
+    model: nn.Module, dtype: torch.dtype, keep: re.Pattern[str] | None = None
+) -> nn.Module:
     """``model.to(dtype)`` for fake parameters (``Module.to`` swaps tensors, which fake
-    parameters refuse): floating parameters and buffers become ``dtype``, tied ones stay tied."""
+    parameters refuse): floating parameters and buffers become ``dtype``, tied ones stay tied;
+    parameters whose names match ``keep`` stay as they are (``kept_in_fp32``)."""
     memo: dict[int, nn.Parameter] = {}
-    for module in model.modules():
+    for prefix, module in model.named_modules():
         for key, p in list(module._parameters.items()):
             if p is None or not p.is_floating_point() or p.dtype == dtype:
+                continue
+            if keep is not None and keep.search(f"{prefix}.{key}" if prefix else key):
                 continue
             if id(p) not in memo:
                 memo[id(p)] = nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad)

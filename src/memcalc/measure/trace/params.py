@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from memcalc.errors import MemcalcError
@@ -12,6 +13,9 @@ from memcalc.measure.trace.capture import storage_key
 from memcalc.measure.trace.common import PROLOGUE
 from memcalc.measure.trace.graph import component_of
 from memcalc.params import ParamCounts, ParamTensor
+from memcalc.spec.training import DType
+
+DTYPES = {torch.float32: DType.fp32, torch.bfloat16: DType.bf16, torch.float16: DType.fp16}
 
 # ---------------------------------------------------------------------------------------------
 # Parameters
@@ -21,12 +25,13 @@ def param_counts(
     model: nn.Module,
     blocks: list[nn.Module],
     epilogue_modules: set[str] = frozenset(),  # type: ignore[assignment]
+    weight_dtype: torch.dtype | None = None,
 ) -> ParamCounts:
     """ParamCounts of the module's own tensors (each storage once, so tied weights count once;
     see ``param_tensors``). ``lm_head_numel`` is the head's largest tensor, or the largest
     embedding when there is no head (tied); ``final_norm`` counts the norm parameters of
     ``epilogue_modules`` (first run after the last block)."""
-    found = param_tensors(model, blocks, epilogue_modules)
+    found = param_tensors(model, blocks, epilogue_modules, weight_dtype)
     tensors = list(found.tensors.values())
     if not tensors:
         raise MemcalcError(f"{type(model).__name__} has no parameters to train")
@@ -51,6 +56,7 @@ def param_tensors(
     model: nn.Module,
     blocks: list[nn.Module],
     epilogue_modules: set[str] = frozenset(),  # type: ignore[assignment]
+    weight_dtype: torch.dtype | None = None,
 ) -> FoundParams:
     """The module's parameter tensors by storage key, each storage once.
 
@@ -59,6 +65,8 @@ def param_tensors(
     outside the blocks, anything else -> head (an untied output projection). A parameter with
     ``requires_grad=False`` (a frozen base under LoRA) is not trainable: no gradient, no
     optimizer state (``torch/csrc/autograd``: no ``AccumulateGrad`` node is made for it).
+    A floating parameter whose dtype is not ``weight_dtype`` (the recipe's: one the model
+    keeps in fp32, ``fake.kept_in_fp32``) is stored in a dtype of its own.
     Routed experts (an HF experts module: ``num_experts`` 3-D parameters stacked along dim 0,
     ``config.num_experts_per_tok`` of them per token) count ``top_k`` experts' worth as active.
     """
@@ -97,7 +105,10 @@ def param_tensors(
             and 0 < top_k <= experts
         ):
             active = p.numel() // experts * top_k
+        own = None
+        if weight_dtype is not None and p.is_floating_point() and p.dtype != weight_dtype:
+            own = DTYPES.get(p.dtype)
         tensors[key] = ParamTensor(
-            name, tuple(p.shape), comp, trainable=p.requires_grad, active_numel=active
+            name, tuple(p.shape), comp, trainable=p.requires_grad, dtype=own, active_numel=active
         )
     return FoundParams(tensors, head_numel, final_norm)

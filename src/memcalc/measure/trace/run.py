@@ -32,6 +32,7 @@ from memcalc.measure.trace.fake import (
     cast_floating,
     gpu_kernels,
     grouped_mm_in_any_dtype,
+    kept_in_fp32,
     unpacked_sequences,
 )
 from memcalc.measure.trace.graph import build_graph
@@ -68,7 +69,8 @@ def trace_module(
         say("tracing: building the model")
         model = build()
         device = _device(model, name)
-        cast_floating(model, dtype).train()
+        keep = kept_in_fp32(model, dtype) if setup.keeps_fp32_modules else None
+        cast_floating(model, dtype, keep).train()
         _, blocks = find_blocks(model)
         modules = dict(model.named_modules(remove_duplicate=False))
         paths = {id(m): p for p, m in modules.items()}
@@ -94,7 +96,7 @@ def trace_module(
                     loss, logits = loss_and_logits(out, ids)
             say("tracing: op graph")
             epilogue = {p for p, s in rec.first_scope_of_module.items() if s == len(blocks)}
-            params = param_tensors(model, blocks, epilogue).tensors
+            params = param_tensors(model, blocks, epilogue, dtype).tensors
             spans = list(SDPA_SPANS)
             built = build_graph(rec, blocks, modules, loss, logits, batch, seq, spans, params)
             say("tracing: backward")
@@ -111,7 +113,7 @@ def trace_module(
         finally:
             for h in handles:
                 h.remove()
-        counts = param_counts(model, blocks, epilogue)
+        counts = param_counts(model, blocks, epilogue, dtype)
 
     notes = []
     if built.dead_branch_bytes:

@@ -79,6 +79,11 @@ class Implementation:
     shared_expert_first: bool = False
     """The shared expert runs before the router (Qwen2-MoE); otherwise after the routed
     experts (DeepSeek)."""
+    router_weight_fp32: bool = False
+    """``from_pretrained`` keeps the router weight in fp32 whatever the model's dtype
+    (``_keep_in_fp32_modules_strict = ["gate.weight"]``: DeepSeek-V2 / V3 in transformers 5),
+    so its ``weight.type(torch.float32)`` makes no copy; an engine that casts every parameter
+    (DeepSpeed's ``_cast_module_mixed_precision`` keeps only buffers) makes it 16-bit again."""
     complex_rotary: bool = False
     """The rotary module returns one complex64 ``freqs_cis`` (1, s, r/2) and q/k are rotated
     as complex numbers, then cast back to their dtype (DeepSeek-V2); otherwise cos and sin
@@ -178,6 +183,16 @@ class Implementation:
             return prefix + full[3:] if full.startswith("mlp") else full
 
         return name
+
+    def op_module(self, hf_module: str) -> str:
+        """The op-level leaf name of a module outside the blocks as HF names it (GPT-2's
+        ``wte`` is the ``embed_tokens`` op: ``outside_names``); other names as given."""
+        for short, full in self.outside_names.items():
+            op, _, _ = short.rpartition(".")
+            module, _, _ = full.rpartition(".")
+            if module.rsplit(".", 1)[-1] == hf_module:
+                return op
+        return hf_module
 
     def param_name(self, short: str, layer: int | None) -> str:
         """The HF name of a parameter given its op-level name (``layer`` None: outside)."""

@@ -42,8 +42,10 @@ from memcalc.validate import FieldError
 
 # transformers conversion_mapping.py _MODEL_TO_CONVERSION_PATTERN: "deepseek_v2" / "deepseek_v3":
 # "qwen2_moe"; neither is a key of PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
-V2 = Implementation(complex_rotary=True, lora_targets=None, peft_moe=QWEN2_MOE_LAYOUT)
-V3 = Implementation(lora_targets=None, peft_moe=QWEN2_MOE_LAYOUT)
+V2 = Implementation(
+    complex_rotary=True, lora_targets=None, peft_moe=QWEN2_MOE_LAYOUT, router_weight_fp32=True
+)
+V3 = Implementation(lora_targets=None, peft_moe=QWEN2_MOE_LAYOUT, router_weight_fp32=True)
 
 
 def _common(c: HfConfig, family: Family) -> dict[str, Any]:
