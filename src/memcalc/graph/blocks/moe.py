@@ -124,74 +124,111 @@ def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) 
     the scores). Renormalisation ``w /= w.sum(-1, keepdim=True)`` runs in place: it saves a
     copy of w and the sum (T x k, T x 1). Qwen casts the weights back to the logits' dtype.
     """
-    T, h, E, k = dims.T, dims.h, moe.num_experts, moe.top_k
+    T, k = dims.T, moe.top_k
     name = impl.names["router"]
-    if moe.router_fp32 and sc.autocast is None and dims.p is not DType.fp32:
-        # the router's weight is an nn.Parameter of its own module (not nn.Linear): frozen
-        # under LoRA, when mm saves the input copy no more (only mat2's gradient needs it)
-        trained = sc.trainable(name)
-        wrapped = _wrapped_router(sc, name, x, T, h, E, saves_weight=False)
-        copies = [Saved(f"{name}.in_fp32", T * h, DType.fp32)] if trained or wrapped else []
-        if x.needs_grad:
-            copies.append(Saved(f"{name}.weight_fp32", E * h, DType.fp32))
-        sc.add(
-            name,
-            MLP,
-            copies,
-            matmul_flops(T, h, E),
-            "aten.mm(x.float(), W.float()): saves the fp32 copies whose partner needs a "
-            "gradient (DeepSeek routers)",
-            grads=(T * h + T * E) * 4,
-            params=E * h if trained else 0,
-            weights=(ParamTensor(f"{name}.weight", (E, h), "mlp", trained, sc.param_dtype(name)),),
-            work=Gemm(T, h, E, DType.fp32, 1, x.needs_grad, trained),
-        )
-        logits = DType.fp32
-    else:
-        logits = linear(sc, name, MLP, x, T, h, E, dims.p).dtype
-        _wrapped_router(sc, name, x, T, h, E, saves_weight=True, dtype=dims.p)
+    logits = _router_logits(sc, moe, name, dims, x)
     if moe.router is Router.sigmoid:
-        scores = Saved(f"{name}.scores", T * E, logits)
-        sc.add(f"{name}.sigmoid", MLP, [scores], 4 * T * E, "aten.sigmoid: saves result")
-        sc.add(
-            f"{name}.gather",
-            MLP,
-            [Saved(f"{name}.topk_index", T * k, DType.int64), scores],
-            T * k,
-            "aten.gather(scores, 1, topk_index): saves self and index (the biased group top-k "
-            "that chose the index saves nothing that backward reaches)",
-        )
-        values = logits
+        values = _sigmoid_choice(sc, name, T, moe.num_experts, k, logits)
     else:
-        scores = Saved(f"{name}.probs", T * E, DType.fp32)
-        sc.add(f"{name}.softmax", MLP, [scores], 5 * T * E, "aten._softmax (fp32): saves result")
-        if moe.group_limited:
-            sc.add(
-                f"{name}.group_mask",
-                MLP,
-                [Saved(f"{name}.group_mask", T * E, DType.bool)],
-                T * E,
-                "aten.masked_fill(scores, ~group_mask, 0): saves the mask",
-            )
-        sc.add(
-            f"{name}.topk",
-            MLP,
-            [Saved(f"{name}.topk_index", T * k, DType.int64)],
-            T * E,
-            "aten.topk: saves indices",
-        )
-        values = DType.fp32
+        values = _softmax_choice(sc, moe, name, T, k)
     if moe.norm_topk_prob:
-        sc.add(
-            f"{name}.renormalise",
-            MLP,
-            [Saved(f"{name}.topk_copy", T * k, values), Saved(f"{name}.topk_sum", T, values)],
-            2 * T * k,
-            "aten.div_(w, w.sum(-1)): saves a copy of self (in place) and other",
-        )
+        _renormalise(sc, name, T, k, values)
     if impl.router_weights_to_logits_dtype:
         values = logits
     return Saved(f"{name}.weights", T * k, values)
+
+
+def _router_logits(sc: Scope, moe: MoeSpec, name: str, dims: Dims, x: Saved) -> DType:
+    """``F.linear(x, W)`` (W: E x h) in the activation dtype, or DeepSeek's fp32 matmul
+    (``_fp32_router``) for a 16-bit model without autocast. Returns the logits' dtype."""
+    T, h, E = dims.T, dims.h, moe.num_experts
+    if moe.router_fp32 and sc.autocast is None and dims.p is not DType.fp32:
+        _fp32_router(sc, name, x, T, h, E)
+        return DType.fp32
+    logits = linear(sc, name, MLP, x, T, h, E, dims.p).dtype
+    _wrapped_router(sc, name, x, T, h, E, saves_weight=True, dtype=dims.p)
+    return logits
+
+
+def _fp32_router(sc: Scope, name: str, x: Saved, T: int, h: int, E: int) -> None:
+    """DeepSeek's router matmul: ``F.linear(hidden_states.type(fp32), weight.type(fp32))``
+    saves the fp32 copy of the input (T x h) for the weight's gradient and of the weight
+    (E x h, an activation here, though its source is a parameter) for the input's."""
+    # the router's weight is an nn.Parameter of its own module (not nn.Linear): frozen
+    # under LoRA, when mm saves the input copy no more (only mat2's gradient needs it)
+    trained = sc.trainable(name)
+    wrapped = _wrapped_router(sc, name, x, T, h, E, saves_weight=False)
+    copies = [Saved(f"{name}.in_fp32", T * h, DType.fp32)] if trained or wrapped else []
+    if x.needs_grad:
+        copies.append(Saved(f"{name}.weight_fp32", E * h, DType.fp32))
+    sc.add(
+        name,
+        MLP,
+        copies,
+        matmul_flops(T, h, E),
+        "aten.mm(x.float(), W.float()): saves the fp32 copies whose partner needs a "
+        "gradient (DeepSeek routers)",
+        grads=(T * h + T * E) * 4,
+        params=E * h if trained else 0,
+        weights=(ParamTensor(f"{name}.weight", (E, h), "mlp", trained, sc.param_dtype(name)),),
+        work=Gemm(T, h, E, DType.fp32, 1, x.needs_grad, trained),
+    )
+
+
+def _sigmoid_choice(sc: Scope, name: str, T: int, E: int, k: int, logits: DType) -> DType:
+    """DeepSeek-V3's ``sigmoid`` scores (saves its result in the logits' dtype) and the
+    ``gather`` of the chosen weights from them (saves its int64 index, T x k, and the scores).
+    The choice itself -- ``scores + e_score_correction_bias`` within the best groups -- is a
+    branch whose values nothing differentiates (freed before backward, not counted). Returns
+    the weights' dtype."""
+    scores = Saved(f"{name}.scores", T * E, logits)
+    sc.add(f"{name}.sigmoid", MLP, [scores], 4 * T * E, "aten.sigmoid: saves result")
+    sc.add(
+        f"{name}.gather",
+        MLP,
+        [Saved(f"{name}.topk_index", T * k, DType.int64), scores],
+        T * k,
+        "aten.gather(scores, 1, topk_index): saves self and index (the biased group top-k "
+        "that chose the index saves nothing that backward reaches)",
+    )
+    return logits
+
+
+def _softmax_choice(sc: Scope, moe: MoeSpec, name: str, T: int, k: int) -> DType:
+    """``softmax(logits, dtype=fp32)`` (saves its fp32 result, T x E), DeepSeek-V2's
+    group-limited greedy ``masked_fill`` (saves the bool mask, T x E) and ``topk`` (saves its
+    int64 indices, T x k). Returns the weights' dtype: fp32."""
+    E = moe.num_experts
+    scores = Saved(f"{name}.probs", T * E, DType.fp32)
+    sc.add(f"{name}.softmax", MLP, [scores], 5 * T * E, "aten._softmax (fp32): saves result")
+    if moe.group_limited:
+        sc.add(
+            f"{name}.group_mask",
+            MLP,
+            [Saved(f"{name}.group_mask", T * E, DType.bool)],
+            T * E,
+            "aten.masked_fill(scores, ~group_mask, 0): saves the mask",
+        )
+    sc.add(
+        f"{name}.topk",
+        MLP,
+        [Saved(f"{name}.topk_index", T * k, DType.int64)],
+        T * E,
+        "aten.topk: saves indices",
+    )
+    return DType.fp32
+
+
+def _renormalise(sc: Scope, name: str, T: int, k: int, values: DType) -> None:
+    """``norm_topk_prob``: ``w /= w.sum(-1, keepdim=True)`` runs in place: it saves a copy of
+    w and the sum (T x k, T x 1)."""
+    sc.add(
+        f"{name}.renormalise",
+        MLP,
+        [Saved(f"{name}.topk_copy", T * k, values), Saved(f"{name}.topk_sum", T, values)],
+        2 * T * k,
+        "aten.div_(w, w.sum(-1)): saves a copy of self (in place) and other",
+    )
 
 
 def _wrapped_router(
