@@ -90,9 +90,6 @@ def _eager_attention(
     """HF's ``eager_attention_forward`` (``attention_core``'s docstring): q @ k^T, the
     optional soft-cap, softmax, dropout and probs @ v, each op's saved tensors."""
     b, s, a, T = dims.b, dims.s, dims.a, dims.T
-    scores = b * a * s * s
-    qk_flops = matmul_flops(b * a * s, dims.d, s)
-    p = dims.p.itemsize
     # the eager core's two batched matmuls, b*a of them each (the causal mask is added to
     # full s x s scores: nothing is skipped)
     mm_dtype = sc.autocast or dims.p
@@ -103,7 +100,28 @@ def _eager_attention(
     # backward: the engine runs nodes by decreasing sequence number, ``engine.cpp``
     # ``CompareNodeTaskTime``) through the backward of the dropout, softmax, soft-cap and
     # q @ k^T ops (measured: one T x a*d tensor more at ``_softmax_backward_data``).
-    v_grad = T * dims.q * p
+    v_grad = T * dims.q * dims.p.itemsize
+    _qk_matmul(sc, dims, q, k, qk_gemm, v_grad, prefix)
+    if softcap is not None:
+        _softcap(sc, dims, v_grad, prefix)
+    probs = _softmax(
+        sc, dims, v_grad, softmax_in_fp32=softmax_in_fp32, probs_to=probs_to, prefix=prefix
+    )
+    before = len(sc.ops)
+    probs = dropout(sc, f"{prefix}.attn_dropout", ATTN, probs, dropout_p, core=True)
+    if len(sc.ops) > before:
+        sc.ops[-1] = replace(sc.ops[-1], grad_bytes=sc.ops[-1].grad_bytes + v_grad)
+    _av_matmul(sc, dims, probs, v, av_gemm, prefix)
+    return tensor(f"{prefix}.merged", T, dims.q, dims.p)
+
+
+def _qk_matmul(
+    sc: Scope, dims: Dims, q: Saved, k: Saved, gemm: Gemm, v_grad: int, prefix: str
+) -> None:
+    """``torch.matmul(query, key_states.transpose(2, 3))`` (HF ``eager_attention_forward``):
+    a bmm over the b*a heads that saves q and k."""
+    scores = dims.b * dims.a * dims.s * dims.s
+    p = dims.p.itemsize
     # matmul(q, k^T) saves q for k's gradient and k for q's (a tensor that needs no grad
     # -- k from a frozen k_proj in a frozen-base model's first layer -- skips its partner)
     qk_saves = [sc.matmul_input(q, "qk")] if k.needs_grad else []
@@ -112,22 +130,35 @@ def _eager_attention(
         f"{prefix}.qk_matmul",
         ATTN,
         unique(qk_saves),
-        qk_flops,
+        matmul_flops(dims.b * dims.a * dims.s, dims.d, dims.s),
         "aten.bmm (matmul q @ k^T): saves q and k",
         core=True,
-        grads=scores * p + 2 * T * dims.q * p + v_grad,
-        work=qk_gemm,
+        grads=scores * p + 2 * dims.T * dims.q * p + v_grad,
+        work=gemm,
     )
-    if softcap is not None:
-        sc.add(
-            f"{prefix}.softcap",
-            ATTN,
-            [Saved(f"{prefix}.softcap_tanh", scores, dims.p)],
-            3 * scores,
-            "aten.tanh (soft-capping): saves result",
-            core=True,
-            grads=2 * scores * p + v_grad,
-        )
+
+
+def _softcap(sc: Scope, dims: Dims, v_grad: int, prefix: str) -> None:
+    """Gemma 2's soft-capping of the scores, ``tanh(w / cap) * cap``: tanh saves its result."""
+    scores = dims.b * dims.a * dims.s * dims.s
+    sc.add(
+        f"{prefix}.softcap",
+        ATTN,
+        [Saved(f"{prefix}.softcap_tanh", scores, dims.p)],
+        3 * scores,
+        "aten.tanh (soft-capping): saves result",
+        core=True,
+        grads=2 * scores * dims.p.itemsize + v_grad,
+    )
+
+
+def _softmax(
+    sc: Scope, dims: Dims, v_grad: int, *, softmax_in_fp32: bool, probs_to: DType, prefix: str
+) -> Saved:
+    """``softmax`` over the scores (fp32 where the family computes it so) saves its output;
+    returns the probabilities as ``probs_to`` (a ``.to()`` copy, which saves nothing, when
+    the dtypes differ)."""
+    scores = dims.b * dims.a * dims.s * dims.s
     soft_dtype = DType.fp32 if softmax_in_fp32 else dims.p
     probs = Saved(f"{prefix}.softmax", scores, soft_dtype)
     # backward: softmax's output gradient and its input gradient (``_softmax_backward_data``
@@ -147,21 +178,24 @@ def _eager_attention(
     )
     if soft_dtype is not probs_to:
         probs = Saved(f"{prefix}.probs", scores, probs_to)  # .to() copy, saves nothing
-    before = len(sc.ops)
-    probs = dropout(sc, f"{prefix}.attn_dropout", ATTN, probs, dropout_p, core=True)
-    if len(sc.ops) > before:
-        sc.ops[-1] = replace(sc.ops[-1], grad_bytes=sc.ops[-1].grad_bytes + v_grad)
+    return probs
+
+
+def _av_matmul(sc: Scope, dims: Dims, probs: Saved, v: Saved, gemm: Gemm, prefix: str) -> None:
+    """``torch.matmul(attn_weights, value_states)``: a bmm that saves the (dropped-out)
+    probabilities and v."""
+    scores = dims.b * dims.a * dims.s * dims.s
+    p = dims.p.itemsize
     sc.add(
         f"{prefix}.av_matmul",
         ATTN,
         [sc.matmul_input(probs, "av"), sc.matmul_input(v, "av")],
-        qk_flops,
+        matmul_flops(dims.b * dims.a * dims.s, dims.d, dims.s),
         "aten.bmm (matmul probs @ v): saves probs and v",
         core=True,
-        grads=scores * p + 2 * T * dims.q * p,
-        work=av_gemm,
+        grads=scores * p + 2 * dims.T * dims.q * p,
+        work=gemm,
     )
-    return tensor(f"{prefix}.merged", T, dims.q, dims.p)
 
 
 def _core_without_grad(sc: Scope, dims: Dims, prefix: str) -> Saved:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from memcalc.frameworks.features import Kernel
 from memcalc.graph.ops import Component, Gemm, ParamTensor, Saved
 from memcalc.graph.scope import FineTune, Scope, matmul_flops, tensor
@@ -63,64 +65,116 @@ def linear(
     if sc.gathered_inputs and x.numel < tokens * n_in:
         x = Saved(f"{x.name}.all_gathered", tokens * n_in, x.dtype)
     sc.linears.add(name.rsplit(".", 1)[-1])
+    base = _base_weight(sc, name, comp, n_in, n_out)
+    out = tensor(f"{name}.out", out_tokens, n_out, out_dtype)
+    sc.add(
+        name,
+        comp,
+        _saved_for_backward(sc, base, x),
+        matmul_flops(tokens, n_in, n_out),
+        "aten.addmm/mm: saves mat1 (input) and mat2 (weight, a parameter)"
+        if base.trainable
+        else "frozen base linear (mm with a weight that needs no grad): saves no activation",
+        grads=_grad_bytes(base, tokens, out_tokens, out_dtype),
+        params=n_in * n_out if base.trainable else 0,
+        weights=_weights(sc, base, x, bias=bias, owns_weight=owns_weight),
+        work=Gemm(tokens, n_in, n_out, _gemm_dtype(sc, comp, x), 1, x.needs_grad, base.trainable),
+        kernel=Kernel.mm.value,
+        outputs=(out,),
+    )
+    adapted = _adapter(sc, base, x, tokens)
+    if not (x.needs_grad or base.trainable or adapted):
+        return Saved(out.name, out.numel, out.dtype, needs_grad=False)
+    return out
+
+
+@dataclass(frozen=True)
+class _BaseWeight:
+    """A linear's base weight (n_out x n_in) as this step holds it."""
+
+    name: str
+    comp: Component
+    n_in: int
+    n_out: int
+    trainable: bool
+    quant: str | None
+    """Its bitsandbytes storage (a ``Quantize`` value) when frozen and quantized; else None."""
+
+
+def _base_weight(sc: Scope, name: str, comp: Component, n_in: int, n_out: int) -> _BaseWeight:
+    """Whether linear ``name``'s weight is trained, and how a frozen one is stored: the LM
+    head and trained weights stay unquantized (``memcalc.spec.finetune``)."""
     ft = sc.finetune
     trainable = sc.trainable(name)
     quant = None
     if ft is not None and not trainable and comp is not Component.output:
         quant = ft.quantized(name)
+    return _BaseWeight(name, comp, n_in, n_out, trainable, quant)
+
+
+def _saved_for_backward(sc: Scope, base: _BaseWeight, x: Saved) -> list[Saved]:
+    """What the matmul keeps for backward: its input (mat1) for the weight's gradient, or under
+    fp8 training ``te.Linear``'s fp8 cast of it; LLM.int8's input attribute (``_int8_keeps``);
+    under autocast the 16-bit cast of the weight."""
+    name = base.name
     saved: list[Saved] = []
-    if trainable:
+    if base.trainable:
         if sc.fp8_linears:
             saved = [Saved(f"{x.name}.fp8", x.numel, DType.fp8)]
         else:
             saved = [sc.matmul_input(x, name)]
-    if quant == "int8" and x.needs_grad:
+    if base.quant == "int8" and x.needs_grad:
         saved.append(x)  # the int8 Function keeps its input as a ctx attribute (_int8_keeps)
         sc.attribute_held.setdefault(x.name, x)
-    if sc.autocast is not None and quant is None and (x.needs_grad or trainable):
+    if sc.autocast is not None and base.quant is None and (x.needs_grad or base.trainable):
         # (a linear none of whose inputs needs grad records no node: nothing is saved)
-        cast = WEIGHT_CAST if trainable else UNCACHED_CAST
-        saved.append(Saved(f"{name}.{cast}", n_in * n_out, sc.autocast))
-    weights: tuple[ParamTensor, ...] = ()
+        cast = WEIGHT_CAST if base.trainable else UNCACHED_CAST
+        saved.append(Saved(f"{name}.{cast}", base.n_in * base.n_out, sc.autocast))
+    return saved
+
+
+def _weights(
+    sc: Scope, base: _BaseWeight, x: Saved, *, bias: bool, owns_weight: bool
+) -> tuple[ParamTensor, ...]:
+    """The parameters the linear owns: its weight and bias (and the frozen originals PEFT keeps
+    of a ``modules_to_save`` copy); for an LM head tied to the embedding, PEFT's trained copy
+    only, if any."""
+    name, ft, trainable, quant = base.name, sc.finetune, base.trainable, base.quant
+    n_in, n_out = base.n_in, base.n_out
     if owns_weight:
-        kind = PARAM_COMPONENT[comp]
+        kind = PARAM_COMPONENT[base.comp]
         dtype = None if quant else sc.param_dtype(name)
         weights = (ParamTensor(f"{name}.weight", (n_out, n_in), kind, trainable, dtype, quant),)
         if bias:
             bias_dtype = _quantized_bias_dtype(quant, x) if quant else sc.param_dtype(name)
             weights += (ParamTensor(f"{name}.bias", (n_out,), kind, trainable, bias_dtype),)
-        weights += sc.frozen_originals(name, weights)
-    elif ft is not None and ft.keeps_original(name):
+        return weights + sc.frozen_originals(name, weights)
+    if ft is not None and ft.keeps_original(name):
         # a tied head in modules_to_save: PEFT's trained copy is copy.deepcopy of the module,
         # a weight of its own (the frozen original stays tied to the embedding)
-        kind = PARAM_COMPONENT[comp]
-        weights = (ParamTensor(f"{name}.weight", (n_out, n_in), kind, True, sc.param_dtype(name)),)
-    out = tensor(f"{name}.out", out_tokens, n_out, out_dtype)
-    sc.add(
-        name,
-        comp,
-        saved,
-        matmul_flops(tokens, n_in, n_out),
-        "aten.addmm/mm: saves mat1 (input) and mat2 (weight, a parameter)"
-        if trainable
-        else "frozen base linear (mm with a weight that needs no grad): saves no activation",
-        grads=(tokens * n_in + out_tokens * n_out) * out_dtype.itemsize
+        kind = PARAM_COMPONENT[base.comp]
+        return (ParamTensor(f"{name}.weight", (n_out, n_in), kind, True, sc.param_dtype(name)),)
+    return ()
+
+
+def _grad_bytes(base: _BaseWeight, tokens: int, out_tokens: int, out_dtype: DType) -> int:
+    """The matmul's output and input gradients (``Op.grad_bytes``), and a quantized base's
+    dequantized weight."""
+    return (tokens * base.n_in + out_tokens * base.n_out) * out_dtype.itemsize + (
         # bitsandbytes dequantizes the weight to 16 bits for the input's gradient
         # (MatMul4Bit.backward: F.dequantize_4bit(B).to(grad dtype)): alive during backward
-        + (2 * n_in * n_out if quant else 0),
-        params=n_in * n_out if trainable else 0,
-        weights=weights,
-        work=Gemm(tokens, n_in, n_out, _gemm_dtype(sc, comp, x), 1, x.needs_grad, trainable),
-        kernel=Kernel.mm.value,
-        outputs=(out,),
+        2 * base.n_in * base.n_out if base.quant else 0
     )
-    adapted = ft is not None and ft.adapts(name)
-    if adapted:
-        assert ft is not None
-        _lora(sc, ft, name, comp, x, tokens, n_in, n_out)
-    if not (x.needs_grad or trainable or adapted):
-        return Saved(out.name, out.numel, out.dtype, needs_grad=False)
-    return out
+
+
+def _adapter(sc: Scope, base: _BaseWeight, x: Saved, tokens: int) -> bool:
+    """PEFT's ``lora.Linear`` around the linear when it is a LoRA target (``_lora``): True
+    when it is."""
+    ft = sc.finetune
+    if ft is None or not ft.adapts(base.name):
+        return False
+    _lora(sc, ft, base.name, base.comp, x, tokens, base.n_in, base.n_out)
+    return True
 
 
 def _int8_keeps() -> None:

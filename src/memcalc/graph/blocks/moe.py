@@ -14,7 +14,7 @@ m one expert's width, S the rows the experts process (``dispatch_rows``: T*k, dr
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from memcalc.graph.blocks.linear import linear
 from memcalc.graph.blocks.mlp import activation, mlp
@@ -44,7 +44,7 @@ def dispatch_rows(moe: MoeSpec, dims: Dims) -> int:
     ...          stat_dtype=DType.fp32, experts=8, moe_imbalance=1.25)
     >>> dispatch_rows(moe, d)  # all experts here: 1024 tokens x 2
     2048
-    >>> from dataclasses import replace
+    >>> from dataclasses import dataclass, replace
     >>> dispatch_rows(moe, replace(d, experts=2, ep=4))  # ep 4: the busiest rank's 2 experts
     2560
     >>> dispatch_rows(moe, replace(d, capacity_factor=1.0))  # 8 buffers of 256 rows
@@ -124,77 +124,114 @@ def router(sc: Scope, moe: MoeSpec, impl: Implementation, dims: Dims, x: Saved) 
     the scores). Renormalisation ``w /= w.sum(-1, keepdim=True)`` runs in place: it saves a
     copy of w and the sum (T x k, T x 1). Qwen casts the weights back to the logits' dtype.
     """
-    T, h, E, k = dims.T, dims.h, moe.num_experts, moe.top_k
+    T, k = dims.T, moe.top_k
     name = impl.names["router"]
-    if moe.router_fp32 and sc.autocast is None and dims.p is not DType.fp32:
-        # the router's weight is an nn.Parameter of its own module (not nn.Linear): frozen
-        # under LoRA, when mm saves the input copy no more (only mat2's gradient needs it)
-        trained = sc.trainable(name)
-        wrapped = _wrapped_router(sc, name, x, T, h, E, saves_weight=False)
-        copies = [Saved(f"{name}.in_fp32", T * h, DType.fp32)] if trained or wrapped else []
-        # a weight kept in fp32 (from_pretrained's _keep_in_fp32_modules_strict): .type() is
-        # the weight itself, no copy -- but for PEFT's merged W + BA, a tensor of its own
-        weight_dtype = DType.fp32 if sc.router_weight_fp32 else sc.param_dtype(name)
-        if x.needs_grad and (wrapped or not sc.router_weight_fp32):
-            copies.append(Saved(f"{name}.weight_fp32", E * h, DType.fp32))
-        sc.add(
-            name,
-            MLP,
-            copies,
-            matmul_flops(T, h, E),
-            "aten.mm(x.float(), W.float()): saves the fp32 copies whose partner needs a "
-            "gradient (DeepSeek routers)",
-            grads=(T * h + T * E) * 4,
-            params=E * h if trained else 0,
-            weights=(ParamTensor(f"{name}.weight", (E, h), "mlp", trained, weight_dtype),),
-            work=Gemm(T, h, E, DType.fp32, 1, x.needs_grad, trained),
-        )
-        logits = DType.fp32
-    else:
-        logits = linear(sc, name, MLP, x, T, h, E, dims.p).dtype
-        _wrapped_router(sc, name, x, T, h, E, saves_weight=True, dtype=dims.p)
+    logits = _router_logits(sc, moe, name, dims, x)
     if moe.router is Router.sigmoid:
-        scores = Saved(f"{name}.scores", T * E, logits)
-        sc.add(f"{name}.sigmoid", MLP, [scores], 4 * T * E, "aten.sigmoid: saves result")
-        sc.add(
-            f"{name}.gather",
-            MLP,
-            [Saved(f"{name}.topk_index", T * k, DType.int64), scores],
-            T * k,
-            "aten.gather(scores, 1, topk_index): saves self and index (the biased group top-k "
-            "that chose the index saves nothing that backward reaches)",
-        )
-        values = logits
+        values = _sigmoid_choice(sc, name, T, moe.num_experts, k, logits)
     else:
-        scores = Saved(f"{name}.probs", T * E, DType.fp32)
-        sc.add(f"{name}.softmax", MLP, [scores], 5 * T * E, "aten._softmax (fp32): saves result")
-        if moe.group_limited:
-            sc.add(
-                f"{name}.group_mask",
-                MLP,
-                [Saved(f"{name}.group_mask", T * E, DType.bool)],
-                T * E,
-                "aten.masked_fill(scores, ~group_mask, 0): saves the mask",
-            )
-        sc.add(
-            f"{name}.topk",
-            MLP,
-            [Saved(f"{name}.topk_index", T * k, DType.int64)],
-            T * E,
-            "aten.topk: saves indices",
-        )
-        values = DType.fp32
+        values = _softmax_choice(sc, moe, name, T, k)
     if moe.norm_topk_prob:
-        sc.add(
-            f"{name}.renormalise",
-            MLP,
-            [Saved(f"{name}.topk_copy", T * k, values), Saved(f"{name}.topk_sum", T, values)],
-            2 * T * k,
-            "aten.div_(w, w.sum(-1)): saves a copy of self (in place) and other",
-        )
+        _renormalise(sc, name, T, k, values)
     if impl.router_weights_to_logits_dtype:
         values = logits
     return Saved(f"{name}.weights", T * k, values)
+
+
+def _router_logits(sc: Scope, moe: MoeSpec, name: str, dims: Dims, x: Saved) -> DType:
+    """``F.linear(x, W)`` (W: E x h) in the activation dtype, or DeepSeek's fp32 matmul
+    (``_fp32_router``) for a 16-bit model without autocast. Returns the logits' dtype."""
+    T, h, E = dims.T, dims.h, moe.num_experts
+    if moe.router_fp32 and sc.autocast is None and dims.p is not DType.fp32:
+        _fp32_router(sc, name, x, T, h, E)
+        return DType.fp32
+    logits = linear(sc, name, MLP, x, T, h, E, dims.p).dtype
+    _wrapped_router(sc, name, x, T, h, E, saves_weight=True, dtype=dims.p)
+    return logits
+
+
+def _fp32_router(sc: Scope, name: str, x: Saved, T: int, h: int, E: int) -> None:
+    """DeepSeek's router matmul: ``F.linear(hidden_states.type(fp32), weight.type(fp32))``
+    saves the fp32 copy of the input (T x h) for the weight's gradient and of the weight
+    (E x h, an activation here, though its source is a parameter) for the input's."""
+    # the router's weight is an nn.Parameter of its own module (not nn.Linear): frozen
+    # under LoRA, when mm saves the input copy no more (only mat2's gradient needs it)
+    trained = sc.trainable(name)
+    wrapped = _wrapped_router(sc, name, x, T, h, E, saves_weight=False)
+    copies = [Saved(f"{name}.in_fp32", T * h, DType.fp32)] if trained or wrapped else []
+    # a weight kept in fp32 (from_pretrained's _keep_in_fp32_modules_strict): .type() is
+    # the weight itself, no copy -- but for PEFT's merged W + BA, a tensor of its own
+    weight_dtype = DType.fp32 if sc.router_weight_fp32 else sc.param_dtype(name)
+    if x.needs_grad and (wrapped or not sc.router_weight_fp32):
+        copies.append(Saved(f"{name}.weight_fp32", E * h, DType.fp32))
+    sc.add(
+        name,
+        MLP,
+        copies,
+        matmul_flops(T, h, E),
+        "aten.mm(x.float(), W.float()): saves the fp32 copies whose partner needs a "
+        "gradient (DeepSeek routers)",
+        grads=(T * h + T * E) * 4,
+        params=E * h if trained else 0,
+        weights=(ParamTensor(f"{name}.weight", (E, h), "mlp", trained, weight_dtype),),
+        work=Gemm(T, h, E, DType.fp32, 1, x.needs_grad, trained),
+    )
+
+
+def _sigmoid_choice(sc: Scope, name: str, T: int, E: int, k: int, logits: DType) -> DType:
+    """DeepSeek-V3's ``sigmoid`` scores (saves its result in the logits' dtype) and the
+    ``gather`` of the chosen weights from them (saves its int64 index, T x k, and the scores).
+    The choice itself -- ``scores + e_score_correction_bias`` within the best groups -- is a
+    branch whose values nothing differentiates (freed before backward, not counted). Returns
+    the weights' dtype."""
+    scores = Saved(f"{name}.scores", T * E, logits)
+    sc.add(f"{name}.sigmoid", MLP, [scores], 4 * T * E, "aten.sigmoid: saves result")
+    sc.add(
+        f"{name}.gather",
+        MLP,
+        [Saved(f"{name}.topk_index", T * k, DType.int64), scores],
+        T * k,
+        "aten.gather(scores, 1, topk_index): saves self and index (the biased group top-k "
+        "that chose the index saves nothing that backward reaches)",
+    )
+    return logits
+
+
+def _softmax_choice(sc: Scope, moe: MoeSpec, name: str, T: int, k: int) -> DType:
+    """``softmax(logits, dtype=fp32)`` (saves its fp32 result, T x E), DeepSeek-V2's
+    group-limited greedy ``masked_fill`` (saves the bool mask, T x E) and ``topk`` (saves its
+    int64 indices, T x k). Returns the weights' dtype: fp32."""
+    E = moe.num_experts
+    scores = Saved(f"{name}.probs", T * E, DType.fp32)
+    sc.add(f"{name}.softmax", MLP, [scores], 5 * T * E, "aten._softmax (fp32): saves result")
+    if moe.group_limited:
+        sc.add(
+            f"{name}.group_mask",
+            MLP,
+            [Saved(f"{name}.group_mask", T * E, DType.bool)],
+            T * E,
+            "aten.masked_fill(scores, ~group_mask, 0): saves the mask",
+        )
+    sc.add(
+        f"{name}.topk",
+        MLP,
+        [Saved(f"{name}.topk_index", T * k, DType.int64)],
+        T * E,
+        "aten.topk: saves indices",
+    )
+    return DType.fp32
+
+
+def _renormalise(sc: Scope, name: str, T: int, k: int, values: DType) -> None:
+    """``norm_topk_prob``: ``w /= w.sum(-1, keepdim=True)`` runs in place: it saves a copy of
+    w and the sum (T x k, T x 1)."""
+    sc.add(
+        f"{name}.renormalise",
+        MLP,
+        [Saved(f"{name}.topk_copy", T * k, values), Saved(f"{name}.topk_sum", T, values)],
+        2 * T * k,
+        "aten.div_(w, w.sum(-1)): saves a copy of self (in place) and other",
+    )
 
 
 def _wrapped_router(
@@ -314,55 +351,118 @@ def routed_experts(
     (S x h each) -- the step's largest moment in the experts; ``pending``: gradient bytes alive
     throughout (a shared expert's output gradient, when it ran first: its backward is last).
     """
-    names = impl.names
-    ex = names["experts"]
-    h, m, E = dims.h, dims.expert_m, dims.experts or moe.num_experts
-    S = dispatch_rows(moe, dims)
+    ex = impl.names["experts"]
+    h, m = dims.h, dims.expert_m
+    stack = _expert_stack(sc, moe, dims, ex, pending)
+    gathered = _dispatch(sc, ex, stack.rows, h, x, stack.dtype)
+    E, weight_dtype = stack.experts, stack.weight_dtype
+    gu_wrapped = _expert_wrapper(
+        sc, f"{ex}.gate_up_proj", E, h, 2 * m, weight_dtype, saves_merged=x.needs_grad
+    )
+    gu_saves = stack.trained or gu_wrapped  # the input, for the (merged) weight's gradient
+    gate_up = _grouped_mm(sc, stack, "gate_up_proj", gathered, h, 2 * m, saves_input=gu_saves)
+    product = _gated_product(sc, spec, stack, gate_up, m)
+    dn_wrapped = _expert_wrapper(
+        sc, f"{ex}.down_proj", E, m, h, weight_dtype, saves_merged=x.needs_grad or gu_wrapped
+    )
+    dn_saves = stack.trained or dn_wrapped
+    down = _grouped_mm(sc, stack, "down_proj", product, m, h, saves_input=dn_saves)
+    _combine(sc, moe, dims, ex, stack.rows, down, weights, stack.dtype, pending)
+
+
+@dataclass(frozen=True)
+class _ExpertStack:
+    """One layer's routed experts on this rank, as ``grouped_mm_experts_forward`` runs them:
+    what its grouped matmuls share."""
+
+    name: str
+    experts: int
+    """E: the experts on this rank."""
+    rows: int
+    """S: the rows they process (``dispatch_rows``)."""
+    active: int
+    """The experts of this rank one token uses: min(k, E)."""
+    dtype: DType
+    """The expert weights' dtype, in which they compute."""
+    trained: bool
+    param_dtype: DType | None
+    weight_dtype: DType
+    """The stored weights' dtype (a k-bit upcast's fp32, else ``dtype``)."""
+    offsets: Saved
+    """The int32 group offsets (E) every grouped matmul saves."""
+    pending: int
+    """Gradient bytes alive throughout their backward (``routed_experts``)."""
+
+
+def _expert_stack(sc: Scope, moe: MoeSpec, dims: Dims, ex: str, pending: int) -> _ExpertStack:
+    """The routed experts' shared facts: their count, rows, dtype, and the trainability and
+    storage dtype of ``gate_up_proj``, which both grouped matmuls read."""
+    E = dims.experts or moe.num_experts
     dtype = DType.fp32 if sc.autocast is not None else dims.p  # the expert weights' dtype
-    k = moe.top_k
-    offsets = Saved(f"{ex}.offsets", E, DType.int32)
-    gathered = _dispatch(sc, ex, S, h, x, dtype)
-    active = min(k, E) * 2 * m * h  # this rank's share of a token's experts
     # The experts are fused nn.Parameters, not nn.Linear: PEFT's LoRA (and bitsandbytes'
     # quantization) leave them frozen base weights unless targeted by name; _grouped_mm saves
     # its input only for mat2's gradient (derivatives.yaml: mat2 uses self), offs always.
     trained = sc.trainable(f"{ex}.gate_up_proj")
-    weight_dtype = sc.param_dtype(f"{ex}.gate_up_proj") or dtype
-    gu_wrapped = _expert_wrapper(
-        sc, f"{ex}.gate_up_proj", E, h, 2 * m, weight_dtype, saves_merged=x.needs_grad
+    return _ExpertStack(
+        name=ex,
+        experts=E,
+        rows=dispatch_rows(moe, dims),
+        active=min(moe.top_k, E),
+        dtype=dtype,
+        trained=trained,
+        param_dtype=sc.param_dtype(f"{ex}.gate_up_proj"),
+        weight_dtype=sc.param_dtype(f"{ex}.gate_up_proj") or dtype,
+        offsets=Saved(f"{ex}.offsets", E, DType.int32),
+        pending=pending,
     )
-    gu_saves = trained or gu_wrapped  # the input, for the (merged) weight's gradient
+
+
+def _grouped_mm(
+    sc: Scope, stack: _ExpertStack, proj: str, x: Saved, n_in: int, n_out: int, *, saves_input: bool
+) -> Saved:
+    """``torch._grouped_mm(x, proj)`` over the stacked (E x n_out x n_in) weight ``proj``: saves
+    the offsets, and its input ``x`` when ``saves_input`` (for the weight's gradient). Returns
+    its (S x n_out) output."""
+    ex, E, S, dtype = stack.name, stack.experts, stack.rows, stack.dtype
     source = (
         "aten._grouped_mm: saves self and offs (mat2 is the parameter)"
-        if trained
+        if stack.trained
         else "aten._grouped_mm with frozen experts (LoRA base): saves offs only"
     )
-    param_dtype = sc.param_dtype(f"{ex}.gate_up_proj")
     # the grouped GEMMs: E problems of S / E rows on average (fp8 grouped GEMMs under fp8
     # training: Transformer Engine's GroupedLinear)
     rows = -(-S // E)
     mm_dtype = DType.fp8 if sc.fp8_linears else dtype
-    gate_up = Saved(f"{ex}.gate_up_proj.out", S * 2 * m, dtype)
     sc.add(
-        f"{ex}.gate_up_proj",
+        f"{ex}.{proj}",
         MLP,
-        [offsets, gathered] if gu_saves else [offsets],
-        matmul_flops(S, h, 2 * m),
+        [stack.offsets, x] if saves_input else [stack.offsets],
+        matmul_flops(S, n_in, n_out),
         source,
-        grads=(S * h + S * 2 * m) * dtype.itemsize + pending,
-        params=E * 2 * m * h if trained else 0,
+        grads=(S * n_in + S * n_out) * dtype.itemsize + stack.pending,
+        params=E * n_out * n_in if stack.trained else 0,
         weights=(
             ParamTensor(
-                f"{ex}.gate_up_proj",
-                (E, 2 * m, h),
+                f"{ex}.{proj}",
+                (E, n_out, n_in),
                 "mlp",
-                trained,
-                param_dtype,
-                active_numel=active,
+                stack.trained,
+                stack.param_dtype,
+                # this rank's share of a token's experts
+                active_numel=stack.active * n_out * n_in,
             ),
         ),
-        work=Gemm(rows, h, 2 * m, mm_dtype, E, True, trained),
+        work=Gemm(rows, n_in, n_out, mm_dtype, E, True, stack.trained),
     )
+    return Saved(f"{ex}.{proj}.out", S * n_out, dtype)
+
+
+def _gated_product(
+    sc: Scope, spec: ModelSpec, stack: _ExpertStack, gate_up: Saved, m: int
+) -> Saved:
+    """``act(gate) * up`` on the halves of the (S x 2m) gate_up output: the activation, then
+    the product, which saves both (one storage). Returns the (S x m) product."""
+    ex, S, dtype = stack.name, stack.rows, stack.dtype
     activation(sc, f"{ex}.act", gate_up, spec.activation)
     act = Saved(f"{ex}.act.out", S * m, dtype)
     sc.add(
@@ -371,34 +471,9 @@ def routed_experts(
         [act, gate_up],
         S * m,
         "aten.mul.Tensor(act(gate), up): saves self and other (up: a view of gate_up)",
-        grads=3 * S * m * dtype.itemsize + pending,
+        grads=3 * S * m * dtype.itemsize + stack.pending,
     )
-    product = Saved(f"{ex}.product", S * m, dtype)
-    dn_wrapped = _expert_wrapper(
-        sc, f"{ex}.down_proj", E, m, h, weight_dtype, saves_merged=x.needs_grad or gu_wrapped
-    )
-    down = Saved(f"{ex}.down_proj.out", S * h, dtype)
-    sc.add(
-        f"{ex}.down_proj",
-        MLP,
-        [offsets, product] if trained or dn_wrapped else [offsets],
-        matmul_flops(S, m, h),
-        source,
-        grads=(S * m + S * h) * dtype.itemsize + pending,
-        params=E * h * m if trained else 0,
-        weights=(
-            ParamTensor(
-                f"{ex}.down_proj",
-                (E, h, m),
-                "mlp",
-                trained,
-                param_dtype,
-                active_numel=min(k, E) * h * m,
-            ),
-        ),
-        work=Gemm(rows, m, h, mm_dtype, E, True, trained),
-    )
-    _combine(sc, moe, dims, ex, S, down, weights, dtype, pending)
+    return Saved(f"{ex}.product", S * m, dtype)
 
 
 def _dispatch(sc: Scope, ex: str, S: int, h: int, x: Saved, dtype: DType) -> Saved:

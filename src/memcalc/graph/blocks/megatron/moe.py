@@ -103,27 +103,7 @@ def experts(
     moe = spec.moe
     assert moe is not None
     n_out = 2 * width if gated else width
-    local = dims.experts
-    active = min(moe.top_k, moe.num_experts)
-    fc1_w = tuple(
-        ParamTensor(
-            f"mlp.experts.linear_fc1.weight{e}",
-            (n_out, dims.h),
-            "mlp",
-            active_numel=n_out * dims.h * active // moe.num_experts,
-        )
-        for e in range(local)
-    )
-    fc2_w = tuple(
-        ParamTensor(
-            f"mlp.experts.linear_fc2.weight{e}",
-            (dims.h, width),
-            "mlp",
-            active_numel=dims.h * width * active // moe.num_experts,
-        )
-        for e in range(local)
-    )
-    p = dims.p
+    local, p = dims.experts, dims.p
     sc.add(
         "mlp.experts.linear_fc1",
         MLP,
@@ -132,11 +112,57 @@ def experts(
         "TE GroupedLinear / Linear: saves the dispatched tokens",
         grads=(rows * n_out + 2 * rows * dims.h) * p.itemsize,
         params=local * n_out * dims.h,
-        weights=fc1_w,
+        weights=_expert_weights("mlp.experts.linear_fc1", n_out, dims.h, local, moe),
         # grouped: each local expert's share of the rows
         work=gemm_work(sc, MLP, -(-rows // max(1, local)), dims.h, n_out, p, max(1, local)),
     )
     fc1 = Saved("mlp.experts.linear_fc1.out", rows * n_out, p)
+    act = _weighted_activation(sc, spec, dims, fc1, rows, width, opts)
+    sc.add(
+        "mlp.experts.linear_fc2",
+        MLP,
+        [act],
+        matmul_flops(rows, width, dims.h),
+        "TE GroupedLinear / Linear: saves the weighted activation",
+        grads=(rows * width + 2 * rows * dims.h) * p.itemsize,
+        params=local * width * dims.h,
+        weights=_expert_weights("mlp.experts.linear_fc2", dims.h, width, local, moe),
+        work=gemm_work(sc, MLP, -(-rows // max(1, local)), width, dims.h, p, max(1, local)),
+    )
+
+
+def _expert_weights(
+    name: str, n_out: int, n_in: int, local: int, moe: MoeSpec
+) -> tuple[ParamTensor, ...]:
+    """The (n_out x n_in) weight of each of the ``local`` experts (TE ``GroupedLinear`` keeps
+    ``weight{i}`` for each of its ``num_gemms``; ``SequentialMLP`` a TE linear per expert), of
+    which a token uses its top-k of the E experts."""
+    active = min(moe.top_k, moe.num_experts)
+    return tuple(
+        ParamTensor(
+            f"{name}.weight{e}",
+            (n_out, n_in),
+            "mlp",
+            active_numel=n_out * n_in * active // moe.num_experts,
+        )
+        for e in range(local)
+    )
+
+
+def _weighted_activation(
+    sc: Scope,
+    spec: ModelSpec,
+    dims: Dims,
+    fc1: Saved,
+    rows: int,
+    width: int,
+    opts: MegatronOptions,
+) -> Saved:
+    """The activation of fc1's output, weighted by the routing probs: fused SwiGLU
+    (``weighted_bias_swiglu_impl``, with ``bias_activation_fusion``) saves its input and the
+    probs; otherwise ``act(x) * probs`` saves the activation's input and output and the fp32
+    probs, and its fp32 product is cast back. Returns the (rows x width) input of fc2."""
+    gated = spec.mlp is Mlp.gated
     fused = gated and opts.bias_activation_fusion
     act = activation(
         sc,
@@ -156,20 +182,10 @@ def experts(
             [act],
             rows * width,
             "act(x) * permuted_probs (fp32 product, cast back): saves the activation output",
-            grads=rows * width * (2 * p.itemsize + 4),
+            grads=rows * width * (2 * dims.p.itemsize + 4),
         )
-        act = Saved("mlp.experts.activation.weighted", rows * width, p)
-    sc.add(
-        "mlp.experts.linear_fc2",
-        MLP,
-        [act],
-        matmul_flops(rows, width, dims.h),
-        "TE GroupedLinear / Linear: saves the weighted activation",
-        grads=(rows * width + 2 * rows * dims.h) * p.itemsize,
-        params=local * width * dims.h,
-        weights=fc2_w,
-        work=gemm_work(sc, MLP, -(-rows // max(1, local)), width, dims.h, p, max(1, local)),
-    )
+        act = Saved("mlp.experts.activation.weighted", rows * width, dims.p)
+    return act
 
 
 def moe_layer(
