@@ -154,11 +154,13 @@ def dims_of(spec: ModelSpec, setup: TrainingSetup, device: str = "cuda") -> Dims
         raise ValueError(f"device: one of {', '.join(DEVICES)}, not {device!r}")
     cpu_kernels = device != "cuda"
     p = setup.activation_dtype
-    # bitsandbytes' CPU LLM.int8 (MatMul8bitFp.forward: F.linear(A, CB) inside the autocast
-    # region) returns autocast's 16 bits; the CUDA kernels (int8_scaled_mm(..., dtype=A.dtype))
-    # and the 4-bit layers (Linear4bit.forward: .to(inp_dtype)) return their input's dtype
+    # bitsandbytes returns a quantized matmul's output in its input's dtype (Linear4bit.forward:
+    # ``.to(inp_dtype)``; CUDA MatMul8bitLt: ``int8_scaled_mm(..., dtype=A.dtype)``) -- fp32
+    # under autocast too, whose stream is fp32 -- except the CPU LLM.int8 path under autocast
+    # (MatMul8bitFp.forward runs F.linear(A, CB) inside the autocast region: 16 bits)
     int8_autocast = cpu_kernels and setup.quantize is Quantize.int8 and setup.precision.is_amp
-    if setup.prepared_for_kbit and not int8_autocast:
+    amp_quantized = setup.precision.is_amp and setup.quantize is not Quantize.none
+    if (setup.prepared_for_kbit or amp_quantized) and not int8_autocast:
         # PEFT's k-bit preparation makes the embeddings, norms and LM head fp32: the residual
         # stream, the norms' outputs and (bitsandbytes casts each matmul's output back to its
         # input's dtype) every activation are fp32; only the quantized matmuls run in 16 bits.

@@ -130,13 +130,16 @@ class Scope:
         """Record ``t`` as saved here but shared by all layers."""
         self.shared.setdefault(t.name, t)
 
-    def matmul_input(self, x: Saved, op: str) -> Saved:
+    def matmul_input(self, x: Saved, op: str, role: str = "") -> Saved:
         """What a matmul saves of its activation input: ``x`` itself, or under autocast a
         16-bit cast of an fp32 ``x`` -- made by each matmul anew (autocast caches only casts
-        of leaf tensors, the weights), so three projections of one input save three copies."""
+        of leaf tensors, the weights), so three projections of one input save three copies;
+        ``role`` tells apart the casts of one op's arguments that are views of one storage
+        (q, k and v of a fused projection: three casts)."""
         if self.autocast is None or x.dtype is self.autocast:
             return x
-        return Saved(f"{op}.{x.name}.cast", x.view_numel or x.numel, self.autocast)
+        name = f"{op}.{x.name}" + (f".{role}" if role else "")
+        return Saved(f"{name}.cast", x.view_numel or x.numel, self.autocast)
 
     def add(
         self,

@@ -62,21 +62,29 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MemcalcError(f"--lora-targets: PEFT refuses {targets}: {first}") from None
     if lora.train_embeddings:  # trained in place (no copy)
-        base = wrapped.get_base_model()
-        # of a module also in modules_to_save, PEFT's frozen original stays frozen -- and so
-        # does a head tied to it (the same Parameter)
-        originals = {
-            id(p)
-            for name, p in wrapped.named_parameters(remove_duplicate=False)
-            if "original_module" in name
-        }
-        # the model's own embedding and output modules, whatever the family calls them
-        # (GPT-2's wte, GPT-NeoX's embed_in / embed_out, ...)
-        for module in (base.get_input_embeddings(), base.get_output_embeddings()):
-            for p in module.parameters():
-                if id(p) not in originals:
-                    p.requires_grad_(True)
+        _train_embeddings(wrapped)
     return wrapped
+
+
+def _train_embeddings(wrapped: Any) -> None:
+    """``--train-embeddings``: the model's own input embedding and output head (whatever the
+    family calls them: GPT-2's wte, GPT-NeoX's embed_in) trained in place -- but a module in
+    modules_to_save is trained as PEFT's copy only (its original stays frozen), and a head
+    tied to such a frozen original stays frozen with it."""
+    base = wrapped.get_base_model()
+    originals = {
+        id(p)
+        for name, p in wrapped.named_parameters(remove_duplicate=False)
+        if "original_module" in name
+    }
+    embedding, head = base.get_input_embeddings(), base.get_output_embeddings()
+    if not hasattr(embedding, "original_module"):  # not a ModulesToSaveWrapper
+        for p in embedding.parameters():
+            p.requires_grad_(True)
+    if head is not None and not hasattr(head, "original_module"):
+        for p in head.parameters():
+            if id(p) not in originals:
+                p.requires_grad_(True)
 
 
 def _peft_target_modules(targets: tuple[str, ...]) -> Any:

@@ -102,11 +102,15 @@ def both(make: Callable[[Lang], dict[str, str]]) -> dict[Lang, dict[str, str]]:
 )
 def weights(f: ModelFacts) -> Draft | None:
     """Bytes of the weights: parameters x bytes of the weight dtype (full training only:
-    LoRA adapters and quantized weights have bytes of their own, asked by the LoRA kinds)."""
+    LoRA adapters and quantized weights have bytes of their own, asked by the LoRA kinds; not
+    asked where some weights keep a dtype of their own -- DeepSeek's fp32 router in a 16-bit
+    model -- and the product is not the answer)."""
     if f.fine_tuned:
         return None
     b, setup = f.base, f.setup
     p, w = b.params.total, setup.weight_dtype.itemsize
+    if b.parameter_bytes != p * w:
+        return None
     other = DType.bf16 if w == 4 else DType.fp32
     value = b.parameter_bytes
     states = b.parameter_bytes + b.gradient_bytes + b.optimizer_bytes

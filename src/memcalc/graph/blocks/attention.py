@@ -112,7 +112,7 @@ def _eager_attention(
     if len(sc.ops) > before:
         sc.ops[-1] = replace(sc.ops[-1], grad_bytes=sc.ops[-1].grad_bytes + v_grad)
     _av_matmul(sc, dims, probs, v, av_gemm, prefix)
-    return tensor(f"{prefix}.merged", T, dims.q, dims.p)
+    return tensor(f"{prefix}.merged", T, dims.q, sc.autocast or dims.p)
 
 
 def _qk_matmul(
@@ -124,8 +124,8 @@ def _qk_matmul(
     p = dims.p.itemsize
     # matmul(q, k^T) saves q for k's gradient and k for q's (a tensor that needs no grad
     # -- k from a frozen k_proj in a frozen-base model's first layer -- skips its partner)
-    qk_saves = [sc.matmul_input(q, "qk")] if k.needs_grad else []
-    qk_saves += [sc.matmul_input(k, "qk")] if q.needs_grad else []
+    qk_saves = [sc.matmul_input(q, "qk", "q")] if k.needs_grad else []
+    qk_saves += [sc.matmul_input(k, "qk", "k")] if q.needs_grad else []
     sc.add(
         f"{prefix}.qk_matmul",
         ATTN,
@@ -213,7 +213,7 @@ def _core_without_grad(sc: Scope, dims: Dims, prefix: str) -> Saved:
         2 * matmul_flops(b * a * s, dims.d, s) + 5 * b * a * s * s,
         "attention on q, k, v that need no grad: no autograd node, nothing saved",
     )
-    return Saved(f"{prefix}.merged", T * dims.q, dims.p, needs_grad=False)
+    return Saved(f"{prefix}.merged", T * dims.q, sc.autocast or dims.p, needs_grad=False)
 
 
 def _fused_attention(
@@ -247,7 +247,8 @@ def _fused_attention(
     b, s, a, T, p = dims.b, dims.s, dims.a, dims.T, dims.p
     scores = b * a * s * s
     lse = Saved(f"{prefix}.logsumexp", b * a * s, DType.fp32)
-    out = tensor(f"{prefix}.merged", T, dims.q, p)
+    # (under autocast the kernel runs, and returns, 16 bits whatever the stream's dtype)
+    out = tensor(f"{prefix}.merged", T, dims.q, sc.autocast or p)
     stats = [lse]
     if attention is Attention.flex:
         stats.append(Saved(f"{prefix}.max_scores", b * a * s, DType.fp32))
@@ -260,7 +261,10 @@ def _fused_attention(
     sc.add(
         f"{prefix}.{'flex' if attention is Attention.flex else 'sdpa'}",
         ATTN,
-        unique([sc.matmul_input(t, "sdpa") for t in (q, k, v)] + [out, *stats])
+        unique(
+            [sc.matmul_input(t, "sdpa", r) for t, r in zip((q, k, v), "qkv", strict=True)]
+            + [out, *stats]
+        )
         + ([mask] if mask is not None else []),
         2 * matmul_flops(b * a * s, dims.d, s) + 5 * scores,
         source,
@@ -271,7 +275,9 @@ def _fused_attention(
         # the kernel's inputs (autocast's 16-bit casts under amp) go round the ring
         scratch=(0, 0)
         if attention is Attention.flex
-        else ring_scratch_of(dims, *(sc.matmul_input(t, "sdpa") for t in (q, k, v))),
+        else ring_scratch_of(
+            dims, *(sc.matmul_input(t, "sdpa", r) for t, r in zip((q, k, v), "qkv", strict=True))
+        ),
     )
     return out
 
@@ -343,7 +349,7 @@ def _cpu_math_sdpa(
         grads=scores * 4 + 2 * T * dims.q * 4,
         work=Gemm(s, s, dims.d, fp32, b * a),
     )
-    return tensor(f"{prefix}.merged", T, dims.q, dims.p)
+    return tensor(f"{prefix}.merged", T, dims.q, sc.autocast or dims.p)
 
 
 SDPA_GQA_MAX_HEAD_DIM = 256
@@ -402,7 +408,13 @@ def _project(
     width = dims.q + 2 * dims.kv
     qkv = linear(sc, names["qkv"], ATTN, x, T, h, width, p, bias=spec.qkv_bias)
     if not impl.qkv_copies:
-        return qkv, qkv, qkv  # one storage: q, k and v are views of it
+        # one storage: q, k and v are views of it (a cast of one -- autocast's, when the
+        # projection returns fp32 -- copies the view's elements only)
+        return (
+            replace(qkv, view_numel=T * dims.q),
+            replace(qkv, view_numel=T * dims.kv),
+            replace(qkv, view_numel=T * dims.kv),
+        )
     sc.add(
         "attn.qkv_split",
         ATTN,

@@ -37,46 +37,13 @@ def embeddings(
     leaf is held beside it."""
     T, h = dims.T, dims.h
     names = impl.names
-
-    def table(name: str, rows: int) -> tuple[bool, ParamTensor]:
-        trainable = sc.trainable(name)
-        weight = ParamTensor(
-            f"{name}.weight", (rows, h), "embedding", trainable, sc.param_dtype(name)
-        )
-        return trainable, weight
-
-    def weights_of(name: str, weight: ParamTensor) -> tuple[ParamTensor, ...]:
-        return (weight, *sc.frozen_originals(name, (weight,)))
-
-    trainable, weight = table(names["embed_tokens"], dims.V)
-    sc.add(
-        names["embed_tokens"],
-        EMB,
-        [Saved("input_ids", T, DType.int64)] if trainable else [],
-        0,
-        "aten.embedding: saves indices",
-        weights=weights_of(names["embed_tokens"], weight),
-    )
+    _table(sc, names["embed_tokens"], dims.V, h, Saved("input_ids", T, DType.int64), 0)
     if spec.positions is Positions.learned:
-        trainable, weight = table(
-            names["embed_positions"], spec.max_position_embeddings + spec.position_offset
+        ids = Saved(
+            "position_ids", dims.s * (dims.b if impl.position_ids_batched else 1), DType.int64
         )
-        sc.add(
-            names["embed_positions"],
-            EMB,
-            [
-                Saved(
-                    "position_ids",
-                    dims.s * (dims.b if impl.position_ids_batched else 1),
-                    DType.int64,
-                )
-            ]
-            if trainable
-            else [],
-            T * h,
-            "aten.embedding: saves indices (position_ids of shape 1 x s, or b x s)",
-            weights=weights_of(names["embed_positions"], weight),
-        )
+        rows = spec.max_position_embeddings + spec.position_offset
+        _table(sc, names["embed_positions"], rows, h, ids, T * h)
     x = tensor("embed.out", dims.T_rep, h, dims.r)
     makes_new = spec.positions is Positions.learned or bool(spec.embedding_dropout)
     if leaf_output and makes_new:
@@ -100,6 +67,24 @@ def embeddings(
     if not output_grad:
         return x  # F.dropout of a tensor that needs no grad saves no mask
     return dropout(sc, names["embed_dropout"], EMB, x, spec.embedding_dropout)
+
+
+def _table(sc: Scope, name: str, rows: int, h: int, ids: Saved, flops: int) -> None:
+    """One ``aten.embedding`` lookup of table ``name`` (rows x h): saves its indices ``ids``
+    for the weight's gradient -- nothing when the table is frozen; the table and the frozen
+    original PEFT keeps beside a ``modules_to_save`` copy are its weights."""
+    trainable = sc.trainable(name)
+    weight = ParamTensor(f"{name}.weight", (rows, h), "embedding", trainable, sc.param_dtype(name))
+    sc.add(
+        name,
+        EMB,
+        [ids] if trainable else [],
+        flops,
+        "aten.embedding: saves indices (position_ids of shape 1 x s, or b x s)"
+        if ids.name == "position_ids"
+        else "aten.embedding: saves indices",
+        weights=(weight, *sc.frozen_originals(name, (weight,))),
+    )
 
 
 def rotary_tables(

@@ -59,7 +59,8 @@ def linear(
     A frozen base weight (LoRA, ``memcalc.spec.finetune``) has no gradient, so nothing of the
     input is saved (under autocast its 16-bit cast is, for the input's gradient: autocast does
     not cache casts of weights that need no grad); quantized (bitsandbytes) it is stored as
-    ``Quantize.storage_bytes`` and ``MatMul4Bit`` saves only the quantized weight.
+    ``Quantize.storage_bytes`` and ``MatMul4Bit`` saves only the quantized weight
+    (``_four_bit_keeps``).
     """
     out_tokens = tokens if out_tokens is None else out_tokens
     if sc.gathered_inputs and x.numel < tokens * n_in:
@@ -194,6 +195,22 @@ def _int8_keeps() -> None:
 
     A Function whose inputs need no grad records no node, so its ctx dies with the forward:
     the input is kept only when it needs grad."""
+
+
+def _four_bit_keeps() -> None:
+    """What a 4-bit (NF4 / FP4) frozen linear keeps, from bitsandbytes 0.50.2, the same on
+    CUDA (the GPU estimate) and on the CPU (``measure``): ``Linear4bit.forward`` calls
+    ``matmul_4bit``, which runs ``MatMul4Bit.apply`` on every device when the input needs
+    grad; ``MatMul4Bit.forward`` (``autograd/_functions.py``) sets ``ctx.tensors = (None, B)``
+    -- the packed weight, a parameter, and not the input. (bitsandbytes before 0.43.2 kept
+    ``(A, B)``: "fix QLoRA mem bug: delete useless buffered activation", #1270, July 2024; QLoRA
+    figures measured with older releases and non-reentrant checkpointing hold each quantized
+    linear's input besides.) ``MatMul4Bit.backward`` dequantizes B to the gradient's dtype for
+    the input's gradient (counted in the op's gradient bytes). The forward's kernels dequantize
+    too -- CUDA ``gemm_4bit`` past 1536 rows (``backends/cuda/ops.py``: ``B_dq =
+    torch.empty(shapeB, dtype=A.dtype)``), the CPU default ``_gemm_4bit_default_impl`` always
+    -- a transient of one weight in the compute dtype, freed before the next linear runs: not
+    modelled (it matters only where a forward moment sets the step's peak)."""
 
 
 def _quantized_bias_dtype(quant: str, x: Saved) -> DType | None:

@@ -88,9 +88,13 @@ def spec_target(spec: ModelSpec, setup: TrainingSetup, impl: Impl) -> Target:
     def build() -> nn.Module:
         if impl is Impl.ours:
             return Transformer(Config.from_spec(spec, attention))
+        import torch
+
         from memcalc.measure.build import _hf_model
 
-        return _hf_model(spec, attention)
+        # fp32, as from_config builds it; trace casts to the recipe's dtype, keeping what
+        # from_pretrained would keep in fp32 (fake.kept_in_fp32)
+        return _hf_model(spec, attention, torch.float32)
 
     return Target(spec.name, build, "spec", spec.vocab_size, spec.max_position_embeddings)
 
