@@ -107,8 +107,13 @@ def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> 
     trained = set(saved)
     if lora.train_embeddings:
         # the family's own module names (GPT-NeoX's embed_in), as measure trains the modules
-        # get_input_embeddings() / get_output_embeddings() return
-        trained |= {FineTune.leaf(impl.names[k]) for k in ("embed_tokens", "lm_head")}
+        # get_input_embeddings() / get_output_embeddings() return (measure/finetune.py
+        # train_embeddings) -- but a head tied to an embedding in modules_to_save shares the
+        # frozen original, and stays frozen
+        embed, head = (FineTune.leaf(impl.names[k]) for k in ("embed_tokens", "lm_head"))
+        trained.add(embed)
+        if not (spec.tie_embeddings and embed in saved and head not in saved):
+            trained.add(head)
     return FineTune(
         adapted=resolved.modules,
         rank=lora.rank,

@@ -62,11 +62,11 @@ def apply_finetune(model: nn.Module, spec: ModelSpec, setup: TrainingSetup) -> n
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MemcalcError(f"--lora-targets: PEFT refuses {targets}: {first}") from None
     if lora.train_embeddings:  # trained in place (no copy)
-        _train_embeddings(wrapped)
+        train_embeddings(wrapped)
     return wrapped
 
 
-def _train_embeddings(wrapped: Any) -> None:
+def train_embeddings(wrapped: Any) -> None:
     """``--train-embeddings``: the model's own input embedding and output head (whatever the
     family calls them: GPT-2's wte, GPT-NeoX's embed_in) trained in place -- but a module in
     modules_to_save is trained as PEFT's copy only (its original stays frozen), and a head

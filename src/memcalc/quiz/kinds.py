@@ -200,6 +200,8 @@ def optimizer_states(f: ModelFacts) -> Draft | None:
     values = {
         "states": size_text(scale, detail.state_bytes),
         "master": size_text(scale, detail.master_weight_bytes),
+        # the parameters with a master copy: all but those already fp32 (DeepSeek's router)
+        "master_params": f"{detail.master_weight_bytes // 4:,}",
         "no_master": size_text(scale, value - detail.master_weight_bytes),
         "step_bytes": f"{step:,}",
         "state_dtype": setup.optimizer_dtype.value,

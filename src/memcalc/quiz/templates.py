@@ -199,10 +199,10 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "states.factored": "{optimizer} keeps a factored second moment, one fp32 row "
                 "and one column vector per matrix (full size for vectors): {states}. ",
                 "master.mixed": "Under {precision} the optimizer also keeps an fp32 master "
-                "copy of the weights: {params} × 4 bytes = {master}; {states} + {master} "
+                "copy of the weights: {master_params} × 4 bytes = {master}; {states} + {master} "
                 "= {value_wo_step}. ",
                 "master.mixed_only": "Under {precision} the optimizer keeps an fp32 master "
-                "copy of the weights: {params} × 4 bytes = {master}. ",
+                "copy of the weights: {master_params} × 4 bytes = {master}. ",
                 "master.none": "{precision} keeps no separate master copy: the optimizer "
                 "updates the {state_dtype} weights themselves. ",
                 "step.none": "",
@@ -234,9 +234,9 @@ TEMPLATES: dict[str, dict[Lang, Template]] = {
                 "states.factored": "{optimizer} فیکٹرڈ سیکنڈ مومنٹ رکھتا ہے، ہر میٹرکس کے لیے "
                 "fp32 کی ایک رو اور ایک کالم ویکٹر (ویکٹرز کے لیے پورا سائز): {states}۔ ",
                 "master.mixed": "{precision} میں آپٹیمائزر ویٹس کی fp32 ماسٹر کاپی بھی رکھتا "
-                "ہے: {params} × 4 بائٹس = {master}؛ {states} + {master} = {value_wo_step}۔ ",
+                "ہے: {master_params} × 4 بائٹس = {master}؛ {states} + {master} = {value_wo_step}۔ ",
                 "master.mixed_only": "{precision} میں آپٹیمائزر ویٹس کی fp32 ماسٹر کاپی رکھتا "
-                "ہے: {params} × 4 بائٹس = {master}۔ ",
+                "ہے: {master_params} × 4 بائٹس = {master}۔ ",
                 "master.none": "{precision} میں کوئی الگ ماسٹر کاپی نہیں ہوتی: آپٹیمائزر "
                 "{state_dtype} ویٹس کو ہی اپڈیٹ کرتا ہے۔ ",
                 "step.none": "",

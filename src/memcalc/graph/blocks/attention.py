@@ -307,12 +307,17 @@ def _cpu_math_sdpa(
     b, s, a, T = dims.b, dims.s, dims.a, dims.T
     scores = b * a * s * s
     fp32 = DType.fp32
+    # composite ops record what each input's gradient needs: the QK bmm saves q for k's
+    # gradient and k for q's; softmax and the dropout multiply only when q or k needs one;
+    # the PV bmm the probabilities for v's gradient and v for theirs (the first layer of a
+    # frozen base with only some projections adapted)
+    qk = q.needs_grad or k.needs_grad
     q_s = Saved(f"{prefix}.q_scaled", T * dims.q, fp32)
     k_s = Saved(f"{prefix}.k_scaled", T * dims.q, fp32)
     sc.add(
         f"{prefix}.qk_matmul",
         ATTN,
-        [q_s, k_s],
+        [t for t, other in ((q_s, k), (k_s, q)) if other.needs_grad],
         matmul_flops(b * a * s, dims.d, s),
         "aten.bmm (CPU math SDPA, fp32): saves the scaled q and k",
         grads=scores * 4 + 2 * T * dims.q * 4,
@@ -321,7 +326,7 @@ def _cpu_math_sdpa(
     sc.add(
         f"{prefix}.softmax",
         ATTN,
-        [Saved(f"{prefix}.softmax", scores, fp32)],
+        [Saved(f"{prefix}.softmax", scores, fp32)] if qk else [],
         5 * scores,
         "aten._safe_softmax: saves result",
         grads=2 * scores * 4,
@@ -329,7 +334,7 @@ def _cpu_math_sdpa(
     sc.add(
         f"{prefix}.attn_dropout",
         ATTN,
-        [Saved(f"{prefix}.dropout_noise", scores, fp32)],
+        [Saved(f"{prefix}.dropout_noise", scores, fp32)] if qk else [],
         2 * scores,
         "aten.mul(attn, noise) (CPU at::dropout): saves the fp32 noise",
         grads=2 * scores * 4,
@@ -339,11 +344,11 @@ def _cpu_math_sdpa(
     torch_repeats = dims.kv != dims.q and not repeated
     as_is = v.dtype is fp32 and sc.autocast is None and not torch_repeats
     if not (as_is and (b == 1 or repeated)):
-        v = Saved(f"{prefix}.v_fp32", T * dims.q, fp32)
+        v = Saved(f"{prefix}.v_fp32", T * dims.q, fp32, needs_grad=v.needs_grad)
     sc.add(
         f"{prefix}.av_matmul",
         ATTN,
-        [probs, v],
+        ([probs] if v.needs_grad else []) + ([v] if qk else []),
         matmul_flops(b * a * s, s, dims.d),
         "aten.bmm (CPU math SDPA, fp32): saves the dropped probs and an fp32 v",
         grads=scores * 4 + 2 * T * dims.q * 4,

@@ -58,9 +58,12 @@ def ask_peft(case: Case) -> PeftAnswer:
     except (ValueError, TypeError, KeyError, NotImplementedError) as e:
         text = str(e).strip()
         return PeftAnswer(None, None, text.splitlines()[0] if text else type(e).__name__)
-    if lora.train_embeddings:  # as a training script does: the embedding (and head) in full
-        for module in (model.get_input_embeddings(), model.get_output_embeddings()):
-            if module is not None:
-                module.weight.requires_grad_(True)
+    if lora.train_embeddings:
+        # --train-embeddings is memcalc's flag, not PEFT's: trained as measure trains them
+        # (the embedding and an untied head in place; a modules_to_save module as PEFT's copy,
+        # its original -- and a head tied to it -- frozen)
+        from memcalc.measure.finetune import train_embeddings
+
+        train_embeddings(wrapped)
     trainable, total = wrapped.get_nb_trainable_parameters()
     return PeftAnswer(trainable, total, None)
