@@ -254,7 +254,20 @@ def _lora(
     dtype = ft.adapter_dtype or x.dtype
     kind = PARAM_COMPONENT[comp]
     r = ft.rank
+    # the adapter's backward runs first (its nodes are newer): the base output's gradient
+    # waits in the base matmul's input buffer meanwhile (autograd input_buffer.cpp)
+    pending = tokens * n_out * (sc.autocast or x.dtype).itemsize if x.needs_grad else 0
     inp = x if x.dtype is dtype else Saved(f"{name}.lora_in", x.numel, dtype)
+    if inp is not x and x.needs_grad:
+        sc.add(
+            f"{name}.lora_cast",
+            comp,
+            [],
+            0,
+            "aten._to_copy (x.to(lora_A.weight.dtype)): saves nothing; its backward casts the "
+            "input's gradient back beside the adapter-dtype one",
+            grads=x.numel * (dtype.itemsize + x.dtype.itemsize) + pending,
+        )
     if ft.dropout > 0:
         # F.dropout of a tensor that needs no grad (the first layer's, without input grads)
         # records nothing: no mask is saved
@@ -265,7 +278,7 @@ def _lora(
             mask,
             2 * inp.numel,
             "aten.native_dropout (lora_dropout): saves the bool mask",
-            grads=2 * inp.nbytes,
+            grads=2 * inp.nbytes + pending,
         )
         inp = Saved(f"{name}.lora_dropout.out", inp.numel, dtype)
     # under torch.autocast lora_A / lora_B are lower-precision linears too (autocast_mode.cpp):
@@ -283,7 +296,7 @@ def _lora(
         a_saves,
         matmul_flops(tokens, n_in, r),
         "peft lora_A (nn.Linear): saves its input",
-        grads=tokens * (n_in + r) * dtype.itemsize,
+        grads=tokens * (n_in + r) * dtype.itemsize + pending,
         params=r * n_in,
         weights=(ParamTensor(f"{name}.lora_A.weight", (r, n_in), kind, True, dtype),),
         work=Gemm(tokens, n_in, r, dtype, 1, x.needs_grad, True),
@@ -294,7 +307,7 @@ def _lora(
         b_saves,
         matmul_flops(tokens, r, n_out),
         "peft lora_B (nn.Linear): saves the r-wide lora_A output",
-        grads=tokens * (r + n_out) * dtype.itemsize,
+        grads=tokens * (r + n_out) * dtype.itemsize + pending,
         params=r * n_out,
         weights=(ParamTensor(f"{name}.lora_B.weight", (n_out, r), kind, True, dtype),),
         work=Gemm(tokens, r, n_out, dtype),
