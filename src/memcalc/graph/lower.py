@@ -101,7 +101,6 @@ def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> 
     resolved = peft_targets(
         spec.family.value, lora.targets, impl.lora_targets, impl.peft_moe, lora.dropout
     )
-    not_linear = _not_linear(spec, impl, resolved.modules)
     # modules_to_save as HF names them (GPT-2's wte), as the ops are named (embed_tokens)
     saved = {impl.op_module(m) for m in lora.modules_to_save}
     trained = set(saved)
@@ -123,8 +122,8 @@ def finetune_of(spec: ModelSpec, setup: TrainingSetup, impl: Implementation) -> 
         quantize=setup.quantize.value,
         upcast=setup.prepared_for_kbit,
         copied=frozenset(saved),
-        excluded=resolved.excluded | not_linear,
-        not_linear=frozenset(not_linear),
+        excluded=resolved.excluded,
+        not_linear=frozenset(_not_linear(spec, impl, resolved.modules)),
         wrapped=tuple(sorted(resolved.params.items())),
     )
 

@@ -34,8 +34,7 @@ class FineTune:
     (``peft/utils/other.py`` ``ModulesToSaveWrapper.update``: ``copy.deepcopy(
     self.original_module)``, then ``self.original_module.requires_grad_(False)``)."""
     excluded: frozenset[str] = frozenset()
-    """Leaf names never adapted as modules (PEFT's MoE conversion moves them to parameters;
-    routers that are no nn.Linear)."""
+    """Leaf names PEFT's MoE conversion moves to parameters (never adapted as modules)."""
     not_linear: frozenset[str] = frozenset()
     """Leaf names of the modules the blocks lower as linears that are no ``nn.Linear`` in
     the model code (transformers 5's MoE routers): PEFT does not adapt them as modules and
@@ -57,7 +56,7 @@ class FineTune:
 
     def adapts(self, name: str) -> bool:
         leaf = self.leaf(name)
-        if leaf == "lm_head" or self.trains(name) or leaf in self.excluded:
+        if leaf == "lm_head" or self.trains(name) or leaf in self.excluded | self.not_linear:
             return False
         return self.adapted is None or leaf in self.adapted
 

@@ -124,18 +124,20 @@ def _quantize(model: nn.Module, how: Quantize) -> nn.Module:
         )
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # the "Loading weights" bar
-    with tempfile.TemporaryDirectory(prefix="memcalc-quantize-") as folder:
-        model.config.save_pretrained(folder)  # type: ignore[operator]
-        safetensors.torch.save_model(model, f"{folder}/model.safetensors")
-        loaded = transformers.AutoModelForCausalLM.from_pretrained(
-            folder,
-            quantization_config=config,
-            dtype=weight.dtype,
-            device_map={"": weight.device},
-            attn_implementation=model.config._attn_implementation,  # type: ignore[union-attr]
-        )
-    if bars:
-        transformers.utils.logging.enable_progress_bar()
+    try:
+        with tempfile.TemporaryDirectory(prefix="memcalc-quantize-") as folder:
+            model.config.save_pretrained(folder)  # type: ignore[operator]
+            safetensors.torch.save_model(model, f"{folder}/model.safetensors")
+            loaded = transformers.AutoModelForCausalLM.from_pretrained(
+                folder,
+                quantization_config=config,
+                dtype=weight.dtype,
+                device_map={"": weight.device},
+                attn_implementation=model.config._attn_implementation,  # type: ignore[union-attr]
+            )
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
     return loaded.train()
 
 

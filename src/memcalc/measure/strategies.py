@@ -232,11 +232,7 @@ def apply_strategy(
     k = 1
     checkpointed = recompute is not Recompute.none
     if recompute is Recompute.every_k:
-        k = every or sqrt_k(n)
-        if not 1 <= k <= n:
-            raise MemcalcError(
-                f"--every: must be between 1 and the number of blocks ({n}); got {k}"
-            )
+        k = _blocks_in_range(every or sqrt_k(n), n)
     if recompute is Recompute.selective:
         if _uses_eager(model):
             _recompute_attention_core(model, blocks)
@@ -249,12 +245,7 @@ def apply_strategy(
         # checkpointed from its own input, the rest kept (transformer_block.py
         # _checkpointed_forward, method 'block'); k defaults to 1 as the estimate's plan does
         # (strategies/recompute.py plan_for)
-        first = every or 1
-        if not 1 <= first <= n:
-            raise MemcalcError(
-                f"--recompute-num-layers: must be between 1 and the number of blocks ({n}); "
-                f"got {first}"
-            )
+        first = _blocks_in_range(every or 1, n)
     segments = [
         Segment(
             blocks[i : i + k],
@@ -278,6 +269,13 @@ def apply_strategy(
         recompute, recompute.value
     )
     return label + (" + activations=cpu" if offload_activations else "")
+
+
+def _blocks_in_range(k: int, n: int) -> int:
+    """``k`` (``--every``: blocks per segment, or blocks recomputed) if 1 <= k <= n."""
+    if not 1 <= k <= n:
+        raise MemcalcError(f"--every: must be between 1 and the number of blocks ({n}); got {k}")
+    return k
 
 
 @contextlib.contextmanager

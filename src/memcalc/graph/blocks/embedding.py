@@ -37,13 +37,15 @@ def embeddings(
     leaf is held beside it."""
     T, h = dims.T, dims.h
     names = impl.names
-    _table(sc, names["embed_tokens"], dims.V, h, Saved("input_ids", T, DType.int64), 0)
+    ids = Saved("input_ids", T, DType.int64)
+    _table(sc, names["embed_tokens"], dims.V, h, ids, 0, "aten.embedding: saves indices")
     if spec.positions is Positions.learned:
         ids = Saved(
             "position_ids", dims.s * (dims.b if impl.position_ids_batched else 1), DType.int64
         )
         rows = spec.max_position_embeddings + spec.position_offset
-        _table(sc, names["embed_positions"], rows, h, ids, T * h)
+        what = "aten.embedding: saves indices (position_ids of shape 1 x s, or b x s)"
+        _table(sc, names["embed_positions"], rows, h, ids, T * h, what)
     x = tensor("embed.out", dims.T_rep, h, dims.r)
     makes_new = spec.positions is Positions.learned or bool(spec.embedding_dropout)
     if leaf_output and makes_new:
@@ -69,7 +71,7 @@ def embeddings(
     return dropout(sc, names["embed_dropout"], EMB, x, spec.embedding_dropout)
 
 
-def _table(sc: Scope, name: str, rows: int, h: int, ids: Saved, flops: int) -> None:
+def _table(sc: Scope, name: str, rows: int, h: int, ids: Saved, flops: int, source: str) -> None:
     """One ``aten.embedding`` lookup of table ``name`` (rows x h): saves its indices ``ids``
     for the weight's gradient -- nothing when the table is frozen; the table and the frozen
     original PEFT keeps beside a ``modules_to_save`` copy are its weights."""
@@ -80,9 +82,7 @@ def _table(sc: Scope, name: str, rows: int, h: int, ids: Saved, flops: int) -> N
         EMB,
         [ids] if trainable else [],
         flops,
-        "aten.embedding: saves indices (position_ids of shape 1 x s, or b x s)"
-        if ids.name == "position_ids"
-        else "aten.embedding: saves indices",
+        source,
         weights=(weight, *sc.frozen_originals(name, (weight,))),
     )
 
